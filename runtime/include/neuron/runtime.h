@@ -1,0 +1,300 @@
+/*
+ * neuron/runtime.h — the NeuronCore runtime C API (the HAL).
+ *
+ * Everything above this header (the PyTorch backend in csrc/, the Python
+ * package) talks to the chip only through these calls. The implementation in
+ * runtime/src/ is a *software* NeuronCore that executes device work on host
+ * CPU threads; a second chip is a second implementation of this header.
+ *
+ * Conventions
+ * - Every call returns an nrtStatus. NRT_SUCCESS is 0. On failure the calling
+ *   thread's last-error message (nrtGetLastErrorMessage) says what went wrong
+ *   in words; on success that message is left unchanged.
+ * - Any thread may call any function concurrently. Using a stream or event
+ *   handle concurrently with its own destruction is a caller race; using it
+ *   after destruction is detected and returns NRT_ERROR_INVALID_HANDLE.
+ * - Devices are numbered 0..count-1 among the cores visible to this process.
+ * - Device memory is host-addressable (the chip is the host), but only the
+ *   runtime and kernels may touch it: callers move data with the copy calls.
+ *
+ * Configuration (read once, at the first call into the runtime):
+ *   NEURON_RT_NUM_CORES        cores the software chip has (default 2)
+ *   NEURON_RT_VISIBLE_CORES    which of them this process sees: "0,1", "1-3",
+ *                              "2" (default: all)
+ *   NEURON_RT_MEMORY_PER_CORE  arena capacity per core, bytes with optional
+ *                              K/M/G suffix (default 8G)
+ *   NEURON_RT_EXECUTOR_THREADS worker threads per core executing streams
+ *                              (default 2)
+ *   NEURON_RT_COMPUTE_THREADS  threads a kernel may use for compute, reported
+ *                              in the device properties (default: host cores)
+ *   NEURON_LAUNCH_BLOCKING     "1": launches and async copies run
+ *                              synchronously on the calling thread and return
+ *                              the kernel's status at once (debugging aid)
+ * A malformed value makes every call fail with NRT_ERROR_INVALID_CONFIG and a
+ * message naming the variable.
+ */
+#ifndef NEURON_RUNTIME_H_
+#define NEURON_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define NRT_API __attribute__((visibility("default")))
+#else
+#define NRT_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef enum nrtStatus {
+  NRT_SUCCESS = 0,
+  NRT_ERROR_INVALID_VALUE = 1,     /* a NULL out-pointer, bad size or flag   */
+  NRT_ERROR_INVALID_DEVICE = 2,    /* device index out of range              */
+  NRT_ERROR_OUT_OF_MEMORY = 3,     /* the device arena cannot fit the request */
+  NRT_ERROR_INVALID_POINTER = 4,   /* not a live allocation of this runtime  */
+  NRT_ERROR_INVALID_DIRECTION = 5, /* copy kind does not match the pointers  */
+  NRT_ERROR_INVALID_HANDLE = 6,    /* stream/event destroyed or never made   */
+  NRT_ERROR_NOT_READY = 7,         /* query: work still pending (not a fault) */
+  NRT_ERROR_EVENT_NOT_RECORDED = 8,/* the event was never recorded           */
+  NRT_ERROR_TIMING_DISABLED = 9,   /* elapsed time on a non-timing event     */
+  NRT_ERROR_KERNEL_FAILED = 10,    /* a kernel on the stream reported failure */
+  NRT_ERROR_INVALID_CONFIG = 11,   /* a malformed NEURON_RT_* variable       */
+  NRT_ERROR_INTERNAL = 12          /* the host refused a resource (threads)  */
+} nrtStatus;
+
+/* Short constant name of a status, e.g. "NRT_ERROR_OUT_OF_MEMORY". Never NULL. */
+NRT_API const char* nrtGetErrorName(nrtStatus status);
+
+/* One-line description of a status class. Never NULL. */
+NRT_API const char* nrtGetErrorString(nrtStatus status);
+
+/* The detailed message of the last failing call made on this thread: what
+ * was expected, what was found (for a kernel failure: its name and its own
+ * message). Empty string when no call on this thread has failed. The pointer
+ * stays valid until the next runtime call on this thread. */
+NRT_API const char* nrtGetLastErrorMessage(void);
+
+/* ------------------------------------------------------------------------ */
+/* Devices                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct nrtDeviceProperties {
+  char name[64];          /* "NeuronCore-v2 (software)"                     */
+  size_t totalMemory;     /* arena capacity in bytes                        */
+  int computeThreads;     /* threads a kernel may use                       */
+  int executorThreads;    /* threads executing this device's streams        */
+  int physicalCore;       /* index among NEURON_RT_NUM_CORES                */
+  int streamPriorityLeast;    /* lowest priority (numerically largest), 0   */
+  int streamPriorityGreatest; /* highest priority (numerically smallest)    */
+} nrtDeviceProperties;
+
+/* Number of visible devices. Errors: INVALID_VALUE (count NULL),
+ * INVALID_CONFIG. A count of 0 is possible (NEURON_RT_NUM_CORES=0). */
+NRT_API nrtStatus nrtGetDeviceCount(int* count);
+
+/* Fills *props for device. Errors: INVALID_VALUE, INVALID_DEVICE,
+ * INVALID_CONFIG. */
+NRT_API nrtStatus nrtGetDeviceProperties(nrtDeviceProperties* props, int device);
+
+/* Sets / gets the calling thread's current device (initially 0). It is only
+ * a thread-local convenience for layers above; every other call names its
+ * device explicitly. Errors: INVALID_DEVICE, INVALID_VALUE (NULL). */
+NRT_API nrtStatus nrtSetDevice(int device);
+NRT_API nrtStatus nrtGetDevice(int* device);
+
+/* Blocks until all work on every stream of device has finished. Returns the
+ * first unreported kernel failure of any of its streams (KERNEL_FAILED,
+ * reported once). Errors: INVALID_DEVICE. */
+NRT_API nrtStatus nrtDeviceSynchronize(int device);
+
+/* Free and total arena bytes of device. Errors: INVALID_VALUE,
+ * INVALID_DEVICE. */
+NRT_API nrtStatus nrtMemGetInfo(int device, size_t* freeBytes, size_t* totalBytes);
+
+/* ------------------------------------------------------------------------ */
+/* Memory                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Alignment of every device allocation, in bytes. */
+#define NRT_DEVICE_ALIGNMENT 256
+
+/* Allocates size bytes in device's arena. size 0 returns *ptr = NULL and
+ * success. The memory is not initialised. Errors: INVALID_VALUE (ptr NULL),
+ * INVALID_DEVICE, OUT_OF_MEMORY (the arena has no free range that large;
+ * never falls back to host memory). */
+NRT_API nrtStatus nrtMalloc(void** ptr, size_t size, int device);
+
+/* Frees a device allocation made by nrtMalloc. NULL is a no-op. The caller
+ * must make sure no queued work still uses it. Errors: INVALID_POINTER (not
+ * the base of a live device allocation: foreign, interior or already freed). */
+NRT_API nrtStatus nrtFree(void* ptr);
+
+/* Page-locked ("pinned") host memory, the fast source/target of async
+ * copies. Errors: INVALID_VALUE, OUT_OF_MEMORY (the host refused). */
+NRT_API nrtStatus nrtHostAlloc(void** ptr, size_t size);
+
+/* Frees nrtHostAlloc memory. NULL is a no-op. Errors: INVALID_POINTER. */
+NRT_API nrtStatus nrtHostFree(void* ptr);
+
+typedef enum nrtMemoryType {
+  nrtMemoryTypeUnregistered = 0, /* not known to the runtime (pageable host) */
+  nrtMemoryTypeHost = 1,         /* pinned host memory (nrtHostAlloc)        */
+  nrtMemoryTypeDevice = 2        /* device memory (nrtMalloc)                */
+} nrtMemoryType;
+
+typedef struct nrtPointerAttributes {
+  nrtMemoryType type;
+  int device;  /* owning device for device memory, -1 otherwise            */
+  void* base;  /* start of the enclosing allocation, NULL if unregistered  */
+  size_t size; /* size of the enclosing allocation, 0 if unregistered      */
+} nrtPointerAttributes;
+
+/* Describes any pointer, interior pointers included, in O(log n) of live
+ * allocations. Unknown pointers succeed with type Unregistered.
+ * Errors: INVALID_VALUE (attr NULL). */
+NRT_API nrtStatus nrtPointerGetAttributes(nrtPointerAttributes* attr, const void* ptr);
+
+typedef enum nrtMemcpyKind {
+  nrtMemcpyHostToDevice = 1,
+  nrtMemcpyDeviceToHost = 2,
+  nrtMemcpyDeviceToDevice = 3, /* same or different devices */
+  nrtMemcpyDefault = 4         /* inferred from the pointers */
+} nrtMemcpyKind;
+
+typedef uint64_t nrtStream_t; /* 0 is never a valid stream */
+typedef uint64_t nrtEvent_t;  /* 0 is never a valid event  */
+
+/* Copies count bytes and returns when the copy is done. Device ranges must
+ * lie inside one live allocation. Ordering: like CUDA's legacy stream, a
+ * synchronous copy first waits for all work queued on the involved devices.
+ * Errors: INVALID_VALUE (NULL with count > 0, bad kind),
+ * INVALID_DIRECTION (a pointer is not of the kind named: e.g. HostToDevice
+ * with a device source or a host destination), INVALID_POINTER (a device
+ * range runs past its allocation), KERNEL_FAILED (a pending failure of the
+ * involved devices, reported once). */
+NRT_API nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyKind kind);
+
+/* As nrtMemcpy, queued on stream: returns at once and the copy runs in
+ * stream order. Host memory must stay valid until the copy is done.
+ * Errors: as nrtMemcpy, plus INVALID_HANDLE. */
+NRT_API nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count,
+                                 nrtMemcpyKind kind, nrtStream_t stream);
+
+/* Sets count bytes of device memory to (unsigned char)value.
+ * Errors: INVALID_VALUE, INVALID_POINTER (not inside one device allocation). */
+NRT_API nrtStatus nrtMemset(void* ptr, int value, size_t count);
+NRT_API nrtStatus nrtMemsetAsync(void* ptr, int value, size_t count, nrtStream_t stream);
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Work queued on one stream runs in order; work on different streams may
+ * overlap. Lower priority numbers mean higher priority (as in CUDA); any int
+ * is accepted and clamped to [greatest, least] of the device properties. */
+
+/* The device's default stream (never destroyed). Errors: INVALID_VALUE,
+ * INVALID_DEVICE. */
+NRT_API nrtStatus nrtStreamGetDefault(nrtStream_t* stream, int device);
+
+/* Creates a stream on device. Errors: INVALID_VALUE, INVALID_DEVICE,
+ * INTERNAL (handle space exhausted). */
+NRT_API nrtStatus nrtStreamCreate(nrtStream_t* stream, int device, int priority);
+
+/* Waits for the stream's queued work, then destroys it. Errors:
+ * INVALID_HANDLE (unknown/destroyed, or the default stream). */
+NRT_API nrtStatus nrtStreamDestroy(nrtStream_t stream);
+
+/* Device and clamped priority of a stream. Errors: INVALID_HANDLE,
+ * INVALID_VALUE. */
+NRT_API nrtStatus nrtStreamGetDevice(nrtStream_t stream, int* device);
+NRT_API nrtStatus nrtStreamGetPriority(nrtStream_t stream, int* priority);
+
+/* SUCCESS when all queued work is done, NOT_READY otherwise. A kernel
+ * failure on the stream is returned once (KERNEL_FAILED) when the stream
+ * is done. Errors: INVALID_HANDLE. */
+NRT_API nrtStatus nrtStreamQuery(nrtStream_t stream);
+
+/* Blocks until all queued work is done; reports a kernel failure once.
+ * Errors: INVALID_HANDLE, KERNEL_FAILED. */
+NRT_API nrtStatus nrtStreamSynchronize(nrtStream_t stream);
+
+/* Work queued on stream after this call waits until the event's most recent
+ * record has completed (any device). Returns at once on the host.
+ * Errors: INVALID_HANDLE (stream or event), EVENT_NOT_RECORDED. */
+NRT_API nrtStatus nrtStreamWaitEvent(nrtStream_t stream, nrtEvent_t event);
+
+/* ------------------------------------------------------------------------ */
+/* Events                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define NRT_EVENT_DEFAULT 0x0
+#define NRT_EVENT_DISABLE_TIMING 0x2
+
+/* Creates an event; flags are NRT_EVENT_DEFAULT (timing on) or
+ * NRT_EVENT_DISABLE_TIMING. Errors: INVALID_VALUE (NULL, unknown flag). */
+NRT_API nrtStatus nrtEventCreate(nrtEvent_t* event, unsigned flags);
+
+/* Destroys an event; pending records still complete harmlessly.
+ * Errors: INVALID_HANDLE. */
+NRT_API nrtStatus nrtEventDestroy(nrtEvent_t event);
+
+/* Captures the work queued on stream so far; the event completes when that
+ * work has run. Re-recording replaces the capture. Errors: INVALID_HANDLE. */
+NRT_API nrtStatus nrtEventRecord(nrtEvent_t event, nrtStream_t stream);
+
+/* SUCCESS when the latest record has completed, NOT_READY if not yet.
+ * Errors: INVALID_HANDLE, EVENT_NOT_RECORDED, KERNEL_FAILED (a failure
+ * queued before the record on its stream, reported once). */
+NRT_API nrtStatus nrtEventQuery(nrtEvent_t event);
+
+/* Blocks until the latest record has completed. Errors: as nrtEventQuery. */
+NRT_API nrtStatus nrtEventSynchronize(nrtEvent_t event);
+
+/* Milliseconds between the completion of start and of end (both recorded,
+ * completed, with timing). Errors: INVALID_HANDLE, INVALID_VALUE (ms NULL),
+ * EVENT_NOT_RECORDED, NOT_READY (one has not completed), TIMING_DISABLED. */
+NRT_API nrtStatus nrtEventElapsedTime(float* ms, nrtEvent_t start, nrtEvent_t end);
+
+/* ------------------------------------------------------------------------ */
+/* Kernel launch                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A kernel is host code run by the device executor. It receives the
+ * runtime's private copy of the launch arguments and returns NRT_SUCCESS,
+ * or a failure status after calling nrtKernelSetError to say why. */
+typedef nrtStatus (*nrtKernelFn)(void* args);
+
+/* Queues fn on stream with a private copy of argsSize bytes at args (copied
+ * before this call returns, so args may live on the caller's stack). name
+ * says what the kernel is (e.g. an op name and launch site); it is copied
+ * as well and appears in failure messages. Returns at once; fn runs on the
+ * device executor, never on the calling thread, unless
+ * NEURON_LAUNCH_BLOCKING=1, in which case queued work is drained, fn runs on
+ * the calling thread and its failure is returned here (KERNEL_FAILED).
+ * A failing kernel does not stop the stream: later work still runs, and the
+ * failure is reported once at the next synchronizing call on the stream.
+ * Errors: INVALID_VALUE (fn NULL, args NULL with argsSize > 0),
+ * INVALID_HANDLE. */
+NRT_API nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn,
+                                  const void* args, size_t argsSize);
+
+/* Called from inside a running kernel: sets the message reported with its
+ * failure. Outside a kernel it returns INVALID_VALUE. */
+NRT_API nrtStatus nrtKernelSetError(const char* message);
+
+/* The stream the calling kernel runs on, or 0 outside a kernel. */
+NRT_API nrtStream_t nrtKernelCurrentStream(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NEURON_RUNTIME_H_ */

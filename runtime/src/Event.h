@@ -1,0 +1,45 @@
+// Event.h — a marker in a stream's work. Each record gets a generation
+// number; the event is complete when its latest record's marker has run.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "Status.h"
+
+namespace nrt {
+
+struct Stream;
+
+struct Event {
+  std::mutex mu;
+  std::condition_variable cv;
+  unsigned flags = 0;
+  // Generations only grow, across reuse of this object under new handles,
+  // so a stale marker of a destroyed event can never complete a new record.
+  uint64_t firstGeneration = 0;  // generations <= this belong to a past life
+  uint64_t recorded = 0;         // latest record's generation
+  std::atomic<uint64_t> completed{0};  // highest generation whose marker ran
+  int64_t timestampNs = 0;       // when the marker of `completed` ran
+  KernelErrorPtr error;          // failure queued before the completed record
+  int syncWaiters = 0;
+  std::vector<std::pair<Stream*, uint64_t>> parkedStreams;
+
+  // Resets for a new life under a new handle (called with the table lock).
+  void reset(unsigned newFlags);
+
+  bool timing() const { return (flags & NRT_EVENT_DISABLE_TIMING) == 0; }
+
+  // Called by the executor when the marker of generation gen runs.
+  void complete(uint64_t gen, KernelErrorPtr errorBefore);
+
+  // If generation gen is done, returns false; otherwise remembers that s
+  // must be resumed when it is, and returns true (the stream parks).
+  bool parkUntil(uint64_t gen, Stream* s);
+};
+
+}  // namespace nrt

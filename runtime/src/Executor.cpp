@@ -1,0 +1,231 @@
+// Executor.cpp — worker threads running a device's streams.
+#include "Executor.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "Event.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define NRT_CPU_RELAX() _mm_pause()
+#else
+#define NRT_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace nrt {
+namespace {
+
+// An idle worker (or a host thread waiting for a result) spins this long
+// before sleeping: a wake-up through the kernel costs several microseconds,
+// which would dominate the launch of small kernels.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+template <class Pred>
+bool spinUntil(Pred pred) {
+  auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
+    NRT_CPU_RELAX();
+  }
+}
+
+}  // namespace
+
+KernelContext*& currentKernel() {
+  static thread_local KernelContext* ctx = nullptr;
+  return ctx;
+}
+
+KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
+  KernelContext ctx;
+  ctx.stream = stream;
+  KernelContext*& slot = currentKernel();
+  KernelContext* outer = slot;
+  slot = &ctx;
+  nrtStatus st = t.fn(t.args());
+  slot = outer;
+  if (st == NRT_SUCCESS) return nullptr;
+  std::string msg = std::string("kernel '") + t.name + "' failed with " + nrtGetErrorName(st);
+  if (ctx.messageSet) msg += ": " + ctx.message;
+  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg);
+}
+
+Executor::Executor(int device, int threads) : device_(device), threads_(threads) {}
+
+bool Executor::start() {
+  try {
+    for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { workerLoop(); });
+  } catch (const std::system_error&) {
+    return false;
+  }
+  for (auto& w : workers_) w.detach();  // the runtime lives until the process ends
+  return true;
+}
+
+void Executor::attach(Stream* s, nrtStream_t handle, int priority) {
+  std::lock_guard<std::mutex> lk(mu_);
+  s->handle = handle;
+  s->device = device_;
+  s->priority = priority;
+  s->level = -priority;  // priority is already clamped to [-(kLevels-1), 0]
+  s->executor = this;
+  s->queue.clear();
+  s->state = Stream::kIdle;
+  s->resumeRequested = false;
+  s->enqueued = 0;
+  s->completed.store(0, std::memory_order_relaxed);
+  s->error.reset();
+  streams_.push_back(s);
+}
+
+void Executor::detach(Stream* s) {
+  wait(s);
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& p : streams_) {
+    if (p == s) {
+      p = streams_.back();
+      streams_.pop_back();
+      break;
+    }
+  }
+  s->error.reset();
+}
+
+void Executor::makeReadyLocked(Stream* s) {
+  s->state = Stream::kReady;
+  ready_[s->level].push_back(s);
+  readyCount_.fetch_add(1, std::memory_order_release);
+  if (sleepingWorkers_) workCv_.notify_one();
+}
+
+Stream* Executor::popReadyLocked() {
+  for (auto& level : ready_) {
+    if (!level.empty()) {
+      Stream* s = level.front();
+      level.pop_front();
+      readyCount_.fetch_sub(1, std::memory_order_relaxed);
+      return s;
+    }
+  }
+  return nullptr;
+}
+
+void Executor::completeOneLocked(Stream* s) {
+  s->completed.store(s->completed.load(std::memory_order_relaxed) + 1,
+                     std::memory_order_release);
+  if (doneWaiters_) doneCv_.notify_all();
+}
+
+void Executor::enqueue(Stream* s, Task&& t) {
+  std::lock_guard<std::mutex> lk(mu_);
+  s->queue.push_back(std::move(t));
+  s->enqueued++;
+  if (s->state == Stream::kIdle) makeReadyLocked(s);
+}
+
+void Executor::resume(Stream* s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (s->state == Stream::kRunning) {
+    s->resumeRequested = true;  // the worker sees it when the task returns
+  } else if (s->state == Stream::kParked) {
+    completeOneLocked(s);
+    if (s->queue.empty()) {
+      s->state = Stream::kIdle;
+    } else {
+      makeReadyLocked(s);
+    }
+  }
+}
+
+void Executor::workerLoop() {
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    Stream* s = popReadyLocked();
+    if (!s) {
+      lk.unlock();
+      spinUntil([this] { return readyCount_.load(std::memory_order_acquire) > 0; });
+      lk.lock();
+      s = popReadyLocked();
+      if (!s) {
+        sleepingWorkers_++;
+        workCv_.wait(lk, [this] { return readyCount_.load(std::memory_order_relaxed) > 0; });
+        sleepingWorkers_--;
+        continue;
+      }
+    }
+    Task t = std::move(s->queue.front());
+    s->queue.pop_front();
+    s->state = Stream::kRunning;
+    // Failures queued before a record travel with the event.
+    KernelErrorPtr errorBefore = t.kind == Task::kRecord ? s->error : nullptr;
+    nrtStream_t handle = s->handle;
+    lk.unlock();
+
+    KernelErrorPtr failure;
+    bool park = false;
+    switch (t.kind) {
+      case Task::kKernel: failure = runKernel(t, handle); break;
+      case Task::kRecord: t.event->complete(t.generation, std::move(errorBefore)); break;
+      case Task::kWait: park = t.event->parkUntil(t.generation, s); break;
+    }
+
+    lk.lock();
+    if (failure && (!s->error || s->error->reported.load())) s->error = std::move(failure);
+    if (park && !s->resumeRequested) {
+      // The wait task counts as completed only once the stream resumes.
+      s->state = Stream::kParked;
+    } else {
+      s->resumeRequested = false;
+      completeOneLocked(s);
+      if (s->queue.empty()) s->state = Stream::kIdle;
+      else makeReadyLocked(s);
+    }
+  }
+}
+
+bool Executor::idle(Stream* s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  return s->completed.load(std::memory_order_relaxed) == s->enqueued;
+}
+
+void Executor::wait(Stream* s) {
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    target = s->enqueued;
+  }
+  if (spinUntil([&] { return s->completed.load(std::memory_order_acquire) >= target; })) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  doneWaiters_++;
+  doneCv_.wait(lk, [&] { return s->completed.load(std::memory_order_relaxed) >= target; });
+  doneWaiters_--;
+}
+
+nrtStatus Executor::takeError(Stream* s) {
+  KernelErrorPtr err;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    err = std::move(s->error);
+    s->error.reset();
+  }
+  return err ? err->reportOnce() : NRT_SUCCESS;
+}
+
+nrtStatus Executor::synchronizeAll() {
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    streams = streams_;
+  }
+  nrtStatus first = NRT_SUCCESS;
+  for (Stream* s : streams) {
+    wait(s);
+    nrtStatus st = takeError(s);
+    if (first == NRT_SUCCESS) first = st;
+  }
+  return first;
+}
+
+}  // namespace nrt

@@ -1,0 +1,90 @@
+// Executor.h — the software NeuronCore's compute engine for one device: a
+// few worker threads that run the device's streams.
+//
+// A stream with queued work sits in a ready list (one per priority level);
+// a worker takes the highest-priority ready stream, runs its head task, and
+// puts the stream back if more work is queued. A stream runs on at most one
+// worker at a time, which keeps its order; different streams overlap. A
+// stream that must wait for an event parks instead of blocking a worker, so
+// cross-stream waits can never deadlock the pool.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "Stream.h"
+
+namespace nrt {
+
+class Executor {
+ public:
+  static constexpr int kLevels = 3;  // priorities 0, -1, -2
+
+  Executor(int device, int threads);
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Starts the workers; false if the host refused a thread.
+  bool start();
+
+  // Attaches a fresh stream (from the handle table) to this executor.
+  void attach(Stream* s, nrtStream_t handle, int priority);
+  // Waits for s to drain and detaches it; reports nothing.
+  void detach(Stream* s);
+
+  void enqueue(Stream* s, Task&& t);
+
+  // Resumes a parked stream (called when the event it waits for completes).
+  void resume(Stream* s);
+
+  // True when everything queued on s so far has run.
+  bool idle(Stream* s);
+
+  // Blocks until everything queued on s so far has run.
+  void wait(Stream* s);
+
+  // Takes s's unreported kernel failure, if any, and reports it once.
+  nrtStatus takeError(Stream* s);
+
+  // Waits for all streams; returns the first unreported failure.
+  nrtStatus synchronizeAll();
+
+  int device() const { return device_; }
+  int threads() const { return threads_; }
+
+ private:
+  void workerLoop();
+  Stream* popReadyLocked();
+  void makeReadyLocked(Stream* s);
+  void completeOneLocked(Stream* s);
+
+  const int device_;
+  const int threads_;
+  std::mutex mu_;
+  std::condition_variable workCv_;  // workers sleep here
+  std::condition_variable doneCv_;  // host threads waiting for completion
+  std::deque<Stream*> ready_[kLevels];
+  std::atomic<size_t> readyCount_{0};  // lets idle workers spin without the lock
+  int sleepingWorkers_ = 0;
+  int doneWaiters_ = 0;
+  std::vector<Stream*> streams_;
+  std::vector<std::thread> workers_;
+};
+
+// The stream whose kernel is running on this thread (0 outside kernels),
+// and the message the kernel set with nrtKernelSetError.
+struct KernelContext {
+  nrtStream_t stream = 0;
+  std::string message;
+  bool messageSet = false;
+};
+KernelContext*& currentKernel();
+
+// Runs a kernel task on this thread; returns the failure to record, if any.
+KernelErrorPtr runKernel(Task& t, nrtStream_t stream);
+
+}  // namespace nrt

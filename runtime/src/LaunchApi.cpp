@@ -1,0 +1,52 @@
+// LaunchApi.cpp — queueing kernels on streams.
+#include "Runtime.h"
+
+using namespace nrt;
+
+namespace nrt {
+Stream* lookupStream(Runtime* rt, nrtStream_t h, nrtStatus* st);
+}
+
+extern "C" {
+
+nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn, const void* args,
+                          size_t argsSize) {
+  if (!fn) return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchKernel: fn is NULL");
+  if (!args && argsSize)
+    return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchKernel: args is NULL but argsSize > 0");
+  NRT_RUNTIME(rt);
+  nrtStatus st;
+  Stream* s = lookupStream(rt, stream, &st);
+  if (!s) return st;
+  Task t;
+  t.kind = Task::kKernel;
+  t.fn = fn;
+  t.setName(name);
+  if (!t.setArgs(args, argsSize))
+    return failf(NRT_ERROR_INTERNAL, "no host memory for %zu bytes of kernel arguments", argsSize);
+  if (rt->config().launchBlocking) {
+    // Debug mode: drain the stream, then run here and report at once.
+    s->executor->wait(s);
+    st = s->executor->takeError(s);
+    if (st != NRT_SUCCESS) return st;
+    KernelErrorPtr failure = runKernel(t, stream);
+    return failure ? failure->reportOnce() : NRT_SUCCESS;
+  }
+  s->executor->enqueue(s, std::move(t));
+  return NRT_SUCCESS;
+}
+
+nrtStatus nrtKernelSetError(const char* message) {
+  KernelContext* ctx = currentKernel();
+  if (!ctx) return fail(NRT_ERROR_INVALID_VALUE, "nrtKernelSetError called outside a kernel");
+  ctx->message = message ? message : "";
+  ctx->messageSet = true;
+  return NRT_SUCCESS;
+}
+
+nrtStream_t nrtKernelCurrentStream(void) {
+  KernelContext* ctx = currentKernel();
+  return ctx ? ctx->stream : 0;
+}
+
+}  // extern "C"

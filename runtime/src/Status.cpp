@@ -1,0 +1,70 @@
+// Status.cpp — error names and the thread-local last-error message.
+#include "Status.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+namespace nrt {
+namespace {
+thread_local std::string tlsLastError;
+}
+
+nrtStatus fail(nrtStatus status, const std::string& msg) {
+  tlsLastError = std::string(nrtGetErrorName(status)) + ": " + msg;
+  return status;
+}
+
+nrtStatus failf(nrtStatus status, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return fail(status, buf);
+}
+
+}  // namespace nrt
+
+extern "C" {
+
+const char* nrtGetErrorName(nrtStatus status) {
+  switch (status) {
+    case NRT_SUCCESS: return "NRT_SUCCESS";
+    case NRT_ERROR_INVALID_VALUE: return "NRT_ERROR_INVALID_VALUE";
+    case NRT_ERROR_INVALID_DEVICE: return "NRT_ERROR_INVALID_DEVICE";
+    case NRT_ERROR_OUT_OF_MEMORY: return "NRT_ERROR_OUT_OF_MEMORY";
+    case NRT_ERROR_INVALID_POINTER: return "NRT_ERROR_INVALID_POINTER";
+    case NRT_ERROR_INVALID_DIRECTION: return "NRT_ERROR_INVALID_DIRECTION";
+    case NRT_ERROR_INVALID_HANDLE: return "NRT_ERROR_INVALID_HANDLE";
+    case NRT_ERROR_NOT_READY: return "NRT_ERROR_NOT_READY";
+    case NRT_ERROR_EVENT_NOT_RECORDED: return "NRT_ERROR_EVENT_NOT_RECORDED";
+    case NRT_ERROR_TIMING_DISABLED: return "NRT_ERROR_TIMING_DISABLED";
+    case NRT_ERROR_KERNEL_FAILED: return "NRT_ERROR_KERNEL_FAILED";
+    case NRT_ERROR_INVALID_CONFIG: return "NRT_ERROR_INVALID_CONFIG";
+    case NRT_ERROR_INTERNAL: return "NRT_ERROR_INTERNAL";
+  }
+  return "NRT_ERROR_UNKNOWN";
+}
+
+const char* nrtGetErrorString(nrtStatus status) {
+  switch (status) {
+    case NRT_SUCCESS: return "no error";
+    case NRT_ERROR_INVALID_VALUE: return "an argument has an invalid value";
+    case NRT_ERROR_INVALID_DEVICE: return "invalid device index";
+    case NRT_ERROR_OUT_OF_MEMORY: return "out of device memory";
+    case NRT_ERROR_INVALID_POINTER: return "pointer is not a live allocation of this runtime";
+    case NRT_ERROR_INVALID_DIRECTION: return "copy direction does not match the pointers";
+    case NRT_ERROR_INVALID_HANDLE: return "invalid or destroyed stream/event handle";
+    case NRT_ERROR_NOT_READY: return "work is still pending";
+    case NRT_ERROR_EVENT_NOT_RECORDED: return "event was never recorded";
+    case NRT_ERROR_TIMING_DISABLED: return "event was created with timing disabled";
+    case NRT_ERROR_KERNEL_FAILED: return "a kernel failed";
+    case NRT_ERROR_INVALID_CONFIG: return "invalid runtime configuration";
+    case NRT_ERROR_INTERNAL: return "internal runtime error";
+  }
+  return "unknown status";
+}
+
+const char* nrtGetLastErrorMessage(void) { return nrt::tlsLastError.c_str(); }
+
+}  // extern "C"

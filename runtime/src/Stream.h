@@ -1,0 +1,38 @@
+// Stream.h — an in-order queue of work on one device. Its fields are
+// guarded by the owning executor's mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+
+#include "Status.h"
+#include "Task.h"
+
+namespace nrt {
+
+class Executor;
+
+struct Stream {
+  enum State : uint8_t {
+    kIdle,     // nothing queued
+    kReady,    // queued, waiting in the executor's ready list
+    kRunning,  // a worker runs its head task
+    kParked    // waiting for an event; resumed by the event's completion
+  };
+
+  nrtStream_t handle = 0;
+  int device = -1;
+  int priority = 0;
+  int level = 0;  // index into the executor's ready lists (0 = highest)
+  Executor* executor = nullptr;
+
+  std::deque<Task> queue;
+  State state = kIdle;
+  bool resumeRequested = false;  // an event completed while we were running
+  uint64_t enqueued = 0;
+  std::atomic<uint64_t> completed{0};  // written under the mutex, read anywhere
+  KernelErrorPtr error;                // first unreported kernel failure
+};
+
+}  // namespace nrt

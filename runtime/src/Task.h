@@ -1,0 +1,64 @@
+// Task.h — one unit of queued stream work: a kernel (copies and memsets are
+// kernels too), an event record, or a wait for an event.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "neuron/runtime.h"
+
+namespace nrt {
+
+struct Event;
+
+struct Task {
+  enum Kind : uint8_t { kKernel, kRecord, kWait };
+  static constexpr size_t kInlineArgs = 64;
+  static constexpr size_t kNameLen = 96;
+
+  Kind kind = kKernel;
+  nrtKernelFn fn = nullptr;
+  void* heapArgs = nullptr;  // used when args exceed kInlineArgs
+  Event* event = nullptr;    // kRecord / kWait
+  uint64_t generation = 0;   // the event record this task makes / awaits
+  alignas(16) unsigned char inlineArgs[kInlineArgs];
+  char name[kNameLen];
+
+  Task() { name[0] = '\0'; }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  Task(Task&& o) noexcept { *this = std::move(o); }
+  Task& operator=(Task&& o) noexcept {
+    if (this != &o) {
+      std::free(heapArgs);
+      std::memcpy(static_cast<void*>(this), &o, sizeof(Task));
+      o.heapArgs = nullptr;
+    }
+    return *this;
+  }
+  ~Task() { std::free(heapArgs); }
+
+  // Copies the kernel's arguments; false if the host is out of memory.
+  bool setArgs(const void* args, size_t size) {
+    if (size <= kInlineArgs) {
+      if (size) std::memcpy(inlineArgs, args, size);
+      return true;
+    }
+    // malloc'd storage is aligned for any fundamental type.
+    heapArgs = std::malloc(size);
+    if (!heapArgs) return false;
+    std::memcpy(heapArgs, args, size);
+    return true;
+  }
+  void* args() { return heapArgs ? heapArgs : static_cast<void*>(inlineArgs); }
+
+  void setName(const char* n) {
+    if (!n) n = "<unnamed kernel>";
+    size_t len = strnlen(n, kNameLen - 1);
+    std::memcpy(name, n, len);
+    name[len] = '\0';
+  }
+};
+
+}  // namespace nrt
