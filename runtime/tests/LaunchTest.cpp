@@ -1,0 +1,132 @@
+// LaunchTest.cpp — kernel launch: where kernels run, argument copies, names,
+// and how failures surface (and that streams keep working afterwards).
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "TestUtil.h"
+
+namespace {
+
+struct ThreadArgs {
+  std::thread::id* out;
+  nrtStream_t* streamOut;
+};
+nrtStatus recordThread(void* a) {
+  auto* args = static_cast<ThreadArgs*>(a);
+  *args->out = std::this_thread::get_id();
+  *args->streamOut = nrtKernelCurrentStream();
+  return NRT_SUCCESS;
+}
+
+struct BigArgs {
+  int values[64];  // larger than the inline argument buffer
+  int* sum;
+};
+nrtStatus sumKernel(void* a) {
+  auto* args = static_cast<BigArgs*>(a);
+  int total = 0;
+  for (int v : args->values) total += v;
+  *args->sum = total;
+  return NRT_SUCCESS;
+}
+
+nrtStatus failingKernel(void*) {
+  nrtKernelSetError("index 7 is out of bounds for size 3");
+  return NRT_ERROR_INVALID_VALUE;
+}
+
+}  // namespace
+
+TEST(Launch, RunsOnExecutorUnlessBlocking) {
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  std::thread::id where;
+  nrtStream_t seen = 0;
+  ThreadArgs args{&where, &seen};
+  NRT_OK(nrtLaunchKernel(s, "aten::where_am_i", recordThread, &args, sizeof args));
+  NRT_OK(nrtStreamSynchronize(s));
+  if (launchBlocking()) EXPECT_EQ(where, std::this_thread::get_id());
+  else EXPECT_NE(where, std::this_thread::get_id());
+  EXPECT_EQ(seen, s);
+  EXPECT_EQ(nrtKernelCurrentStream(), 0u);
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+TEST(Launch, ArgumentsAreCopiedAtLaunch) {
+  nrtStream_t s = defaultStream(1);
+  int sum = 0;
+  {
+    BigArgs args;
+    for (int i = 0; i < 64; ++i) args.values[i] = i;
+    args.sum = &sum;
+    NRT_OK(nrtLaunchKernel(s, "sum", sumKernel, &args, sizeof args));
+    std::memset(&args, 0xFF, sizeof args);  // the kernel must not see this
+  }
+  NRT_OK(nrtStreamSynchronize(s));
+  EXPECT_EQ(sum, 63 * 64 / 2);
+}
+
+TEST(Launch, InvalidArguments) {
+  EXPECT_EQ(nrtLaunchKernel(defaultStream(), "x", nullptr, nullptr, 0), NRT_ERROR_INVALID_VALUE);
+  EXPECT_EQ(nrtLaunchKernel(defaultStream(), "x", sleepKernel, nullptr, 8), NRT_ERROR_INVALID_VALUE);
+  EXPECT_EQ(nrtKernelSetError("outside"), NRT_ERROR_INVALID_VALUE);
+}
+
+TEST(Launch, FailureIsReportedOnceWithKernelName) {
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  nrtStatus launched = nrtLaunchKernel(s, "aten::index.Tensor (at Index.cpp:12)", failingKernel,
+                                       nullptr, 0);
+  nrtStatus sync = nrtStreamSynchronize(s);
+  // Blocking mode reports at the launch; otherwise at the next sync.
+  EXPECT_EQ(launchBlocking() ? launched : sync, NRT_ERROR_KERNEL_FAILED);
+  EXPECT_EQ(launchBlocking() ? sync : launched, NRT_SUCCESS);
+  std::string msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("aten::index.Tensor (at Index.cpp:12)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("out of bounds"), std::string::npos) << msg;
+  // Reported once; the stream stays usable.
+  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(nrtStreamQuery(s));
+  LogArgs a{5};
+  takeLog();
+  NRT_OK(nrtLaunchKernel(s, "log", logKernel, &a, sizeof a));
+  NRT_OK(nrtStreamSynchronize(s));
+  EXPECT_EQ(takeLog(), std::vector<int>{5});
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+TEST(Launch, FailureSurfacesThroughQueryEventAndDevice) {
+  if (launchBlocking()) GTEST_SKIP() << "blocking mode reports failures at launch";
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 1, 0));
+  // Query.
+  NRT_OK(nrtLaunchKernel(s, "fail-a", failingKernel, nullptr, 0));
+  nrtStatus st;
+  while ((st = nrtStreamQuery(s)) == NRT_ERROR_NOT_READY) std::this_thread::yield();
+  EXPECT_EQ(st, NRT_ERROR_KERNEL_FAILED);
+  NRT_OK(nrtStreamQuery(s));
+  // Event synchronize: the failure before the record travels with the event.
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, 0));
+  NRT_OK(nrtLaunchKernel(s, "fail-b", failingKernel, nullptr, 0));
+  NRT_OK(nrtEventRecord(e, s));
+  EXPECT_EQ(nrtEventSynchronize(e), NRT_ERROR_KERNEL_FAILED);
+  EXPECT_NE(std::string(nrtGetLastErrorMessage()).find("fail-b"), std::string::npos);
+  NRT_OK(nrtEventSynchronize(e));
+  NRT_OK(nrtStreamSynchronize(s));  // already reported through the event
+  // Device synchronize.
+  NRT_OK(nrtLaunchKernel(s, "fail-c", failingKernel, nullptr, 0));
+  EXPECT_EQ(nrtDeviceSynchronize(1), NRT_ERROR_KERNEL_FAILED);
+  EXPECT_NE(std::string(nrtGetLastErrorMessage()).find("fail-c"), std::string::npos);
+  NRT_OK(nrtDeviceSynchronize(1));
+  NRT_OK(nrtEventDestroy(e));
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+TEST(Launch, LastErrorMessageIsPerThread) {
+  EXPECT_EQ(nrtFree(reinterpret_cast<void*>(16)), NRT_ERROR_INVALID_POINTER);
+  std::string mine = nrtGetLastErrorMessage();
+  EXPECT_NE(mine.find("NRT_ERROR_INVALID_POINTER"), std::string::npos);
+  std::thread([] { EXPECT_STREQ(nrtGetLastErrorMessage(), ""); }).join();
+}
