@@ -16,18 +16,23 @@
 namespace nrt {
 namespace {
 
-// An idle worker (or a host thread waiting for a result) spins this long
-// before sleeping: a wake-up through the kernel costs several microseconds,
-// which would dominate the launch of small kernels.
-constexpr auto kSpin = std::chrono::microseconds(50);
+// An idle worker (or a host thread waiting for a result) polls this long
+// before sleeping: a wake-up through the OS costs tens of microseconds on a
+// busy machine, which would dominate the launch of small kernels. Polling
+// yields the core, so a runnable thread (the one we wait for) gets it.
+constexpr auto kSpin = std::chrono::microseconds(200);
 
 template <class Pred>
 bool spinUntil(Pred pred) {
   auto until = std::chrono::steady_clock::now() + kSpin;
   for (int i = 0;; ++i) {
     if (pred()) return true;
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > until) return false;
-    NRT_CPU_RELAX();
+    if (i < 64) {
+      NRT_CPU_RELAX();
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
   }
 }
 
@@ -144,9 +149,14 @@ void Executor::workerLoop() {
   for (;;) {
     Stream* s = popReadyLocked();
     if (!s) {
-      lk.unlock();
-      spinUntil([this] { return readyCount_.load(std::memory_order_acquire) > 0; });
-      lk.lock();
+      // One idle worker polls for new work; the others sleep at once.
+      bool poll = !spinning_.exchange(true, std::memory_order_acq_rel);
+      if (poll) {
+        lk.unlock();
+        spinUntil([this] { return readyCount_.load(std::memory_order_acquire) > 0; });
+        spinning_.store(false, std::memory_order_release);
+        lk.lock();
+      }
       s = popReadyLocked();
       if (!s) {
         sleepingWorkers_++;

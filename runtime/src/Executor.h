@@ -69,6 +69,7 @@ class Executor {
   std::condition_variable doneCv_;  // host threads waiting for completion
   std::deque<Stream*> ready_[kLevels];
   std::atomic<size_t> readyCount_{0};  // lets idle workers spin without the lock
+  std::atomic<bool> spinning_{false};  // one idle worker polls, the rest sleep
   int sleepingWorkers_ = 0;
   int doneWaiters_ = 0;
   std::vector<Stream*> streams_;

@@ -1,0 +1,68 @@
+# torchneuron — the two commands in the README:
+#   make demo   set up, build, run the main job
+#   make test   set up, build, run every test (runtime suites also under
+#               ASan+UBSan and TSan; the Python suites on the neuron device)
+# Other targets: build, bench, python-tests, runtime-tests, sanitize, clean.
+
+VENV ?= $(HOME)/.cache/torchneuron/venv
+PYTHON := $(VENV)/bin/python
+JOBS ?= 2
+CMAKE_FLAGS ?=
+BACKEND := $(wildcard setup.py)
+
+.PHONY: all demo test build bench deps venv runtime-tests sanitize asan tsan \
+        backend python-tests clean
+
+all: build
+
+deps:
+	@scripts/setup.sh system
+
+venv: deps
+	@scripts/setup.sh python
+
+# build/ is the plain (RelWithDebInfo) build of the runtime, its tests,
+# benchmarks and examples.
+build: deps
+	@cmake -S . -B build -G Ninja -DNEURON_BUILD_TESTS=ON -DNEURON_BUILD_BENCH=ON $(CMAKE_FLAGS) >/dev/null
+	@cmake --build build -j $(JOBS)
+
+runtime-tests: build
+	cd build && ctest --output-on-failure -j 1
+
+asan: deps
+	@cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEURON_BUILD_BENCH=OFF \
+	  "-DNEURON_SANITIZE=address;undefined" >/dev/null
+	@cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --output-on-failure -j 1
+
+tsan: deps
+	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEURON_BUILD_BENCH=OFF \
+	  -DNEURON_SANITIZE=thread >/dev/null
+	@cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j 1
+
+sanitize: asan tsan
+
+# The PyTorch backend, built by setup.py against the venv's torch.
+backend: venv
+ifneq ($(BACKEND),)
+	MAX_JOBS=$(JOBS) $(PYTHON) -m pip install -q --no-build-isolation -e .
+endif
+
+python-tests: backend
+ifneq ($(BACKEND),)
+	$(PYTHON) -m pytest -q tests
+endif
+
+test: runtime-tests sanitize python-tests
+
+bench: build
+	./build/bench/runtime_bench
+
+demo: build
+	./build/examples/runtime_demo
+
+clean:
+	rm -rf build build-asan build-tsan
