@@ -1,0 +1,73 @@
+// Helpers shared by the ATen kernels of the backend.
+#pragma once
+
+#include "aten/OpTracking.h"
+#include "core/DeviceAllocator.h"
+#include "core/Runtime.h"
+#include "core/Stream.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/operator_name.h>
+#include <ATen/core/stack.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+
+namespace c10 {
+class OperatorHandle;
+}
+
+namespace torchneuron {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+inline bool isNeuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kNeuron;
+}
+
+// Grows or shrinks a neuron storage (runtime copy of the kept bytes).
+void resizeStorageBytes(const c10::Storage& storage, size_t new_bytes);
+
+// A CPU storage over the same bytes as `storage` (no ownership). With
+// `resizable`, growing it moves it to fresh CPU memory, which callers detect.
+inline c10::Storage cpuStorageAlias(const c10::Storage& storage, bool resizable = false) {
+  auto* impl = storage.unsafeGetStorageImpl();
+  void* data = const_cast<void*>(impl->data());
+  return c10::Storage(c10::Storage::use_byte_size_t(), impl->nbytes(),
+                      c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
+                      resizable ? c10::GetCPUAllocator() : nullptr, resizable);
+}
+
+// A tensor of dispatch key `key` over `storage` with t's metadata.
+inline at::Tensor tensorOverStorage(c10::Storage storage, const at::Tensor& like,
+                                    c10::DispatchKey key) {
+  auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                      c10::DispatchKeySet(key), like.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                   like.storage_offset());
+  out._set_conj(like.is_conj());
+  out._set_neg(like.is_neg());
+  return out;
+}
+
+// A CPU tensor aliasing the memory of neuron tensor t (same sizes, strides,
+// storage offset). Valid only while t's storage lives and no queued device
+// work touches it concurrently.
+inline at::Tensor cpuAlias(const at::Tensor& t) {
+  return tensorOverStorage(cpuStorageAlias(t.storage()), t, c10::DispatchKey::CPU);
+}
+
+// The operator's full name, e.g. "aten::add.Tensor".
+inline std::string fullName(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+// Generic path entry point (Fallback.cpp): runs op's CPU kernel on device
+// memory. Kernels with a fast path call it when their preconditions fail.
+void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Copies a CPU tensor into a new tensor on a neuron device (same sizes and,
+// for dense tensors, the same strides).
+at::Tensor copyToDevice(const at::Tensor& cpu, c10::DeviceIndex device);
+
+}  // namespace torchneuron

@@ -1,0 +1,236 @@
+// The generic path: any op without a dedicated neuron kernel runs its CPU
+// kernel directly on device memory.
+//
+//   1. find the op's device (neuron tensor arguments or a Device argument) and
+//      check that all non-scalar tensors are on it;
+//   2. wait for the device's current stream (the generic path is synchronous);
+//   3. replace each neuron tensor by a CPU tensor aliasing the same memory
+//      (same sizes, strides, storage offset; tensors sharing a storage share
+//      one alias storage), a neuron Device argument by CPU, and a neuron
+//      Generator (or the device's default one) by a CPU generator derived
+//      from the Philox seed and offset;
+//   4. run the CPU kernel;
+//   5. map results back: in-place/out results are the original device
+//      tensors (resized on the device when the kernel resized them), results
+//      that view an input alias become device views of the same storage, and
+//      fresh results are copied into new device tensors.
+// TODO(zero-copy outputs): allocate fresh outputs in device memory up front
+// (out= variants or an allocation redirect) instead of copying them.
+#include "aten/Common.h"
+
+#include "core/Generator.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/op_registration/op_registration.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/flat_hash_map.h>
+#include <torch/library.h>
+
+#include <sstream>
+
+namespace torchneuron {
+namespace {
+
+struct AliasState {
+  c10::DeviceIndex device = -1;
+  // device StorageImpl -> CPU alias storage (and back)
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_cpu;
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_device;
+  // CPU alias TensorImpl -> original device tensor
+  ska::flat_hash_map<c10::TensorImpl*, at::Tensor> originals;
+  // mutable (written) tensor arguments: (original device tensor, alias)
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;
+};
+
+[[noreturn]] void deviceMismatch(const std::string& op, c10::Device a, c10::Device b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                     "devices, ", a, " and ", b, "! (while running ", op, " on neuron)");
+}
+
+void noteDevice(AliasState& st, const std::string& op, c10::Device d) {
+  if (st.device < 0) {
+    st.device = d.index();
+  } else if (st.device != d.index()) {
+    deviceMismatch(op, c10::Device(kNeuron, st.device), d);
+  }
+}
+
+at::Tensor aliasOf(AliasState& st, const at::Tensor& t, bool written) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  auto it = st.to_cpu.find(impl);
+  if (it == st.to_cpu.end()) {
+    c10::Storage alias = cpuStorageAlias(t.storage(), /*resizable=*/true);
+    st.to_device.emplace(alias.unsafeGetStorageImpl(), t.storage());
+    it = st.to_cpu.emplace(impl, std::move(alias)).first;
+  }
+  at::Tensor cpu = tensorOverStorage(it->second, t, c10::DispatchKey::CPU);
+  st.originals.emplace(cpu.unsafeGetTensorImpl(), t);
+  if (written) st.written.emplace_back(t, cpu);
+  return cpu;
+}
+
+bool isGeneratorType(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+// Maps one CPU result back to the device.
+at::Tensor resultToDevice(AliasState& st, const at::Tensor& r) {
+  if (!r.defined() || !r.device().is_cpu()) return r;
+  auto orig = st.originals.find(r.unsafeGetTensorImpl());
+  if (orig != st.originals.end()) return orig->second;
+  if (r.has_storage()) {
+    auto dev = st.to_device.find(r.storage().unsafeGetStorageImpl());
+    if (dev != st.to_device.end()) {
+      // A view of an input: same storage on the device.
+      return tensorOverStorage(dev->second, r, c10::DispatchKey::PrivateUse1);
+    }
+  }
+  return copyToDevice(r, st.device);
+}
+
+// Brings a written argument back in sync with what the kernel did to its alias.
+void syncWritten(AliasState& st, const at::Tensor& original, const at::Tensor& alias) {
+  auto* oimpl = original.unsafeGetTensorImpl();
+  auto* aimpl = alias.unsafeGetTensorImpl();
+  const bool same_storage =
+      alias.storage().unsafeGetStorageImpl() ==
+          st.to_cpu[original.storage().unsafeGetStorageImpl()].unsafeGetStorageImpl() &&
+      alias.storage().data() == original.storage().data();
+  if (same_storage) {
+    if (oimpl->sizes() != aimpl->sizes() || oimpl->strides() != aimpl->strides() ||
+        oimpl->storage_offset() != aimpl->storage_offset()) {
+      oimpl->set_sizes_and_strides(aimpl->sizes(), aimpl->strides(), aimpl->storage_offset());
+    }
+    return;
+  }
+  // The kernel resized (moved) the alias: resize the device tensor and copy.
+  original.resize_(alias.sizes());
+  if (original.strides() != alias.strides() && alias.is_non_overlapping_and_dense()) {
+    oimpl->set_sizes_and_strides(aimpl->sizes(), aimpl->strides(), oimpl->storage_offset());
+    const size_t needed = at::detail::computeStorageNbytes(
+        oimpl->sizes(), oimpl->strides(), oimpl->dtype().itemsize(), oimpl->storage_offset());
+    if (needed > original.storage().nbytes()) resizeStorageBytes(original.storage(), needed);
+  }
+  original.copy_(alias);
+}
+
+}  // namespace
+
+void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const std::string name = fullName(schema.operator_name());
+  recordOp(name, OpPath::Fallback);
+
+  const auto& arguments = schema.arguments();
+  const size_t num_args = arguments.size();
+  const size_t begin = stack->size() - num_args;
+
+  AliasState st;
+  bool has_device_arg = false;
+  // Pass 1: the device.
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& iv = (*stack)[begin + i];
+    auto visit = [&](const at::Tensor& t) {
+      if (isNeuron(t)) noteDevice(st, name, t.device());
+    };
+    if (iv.isTensor()) {
+      visit(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) visit(t);
+    } else if (iv.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList()) {
+        if (t.has_value()) visit(*t);
+      }
+    } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
+      has_device_arg = true;
+      noteDevice(st, name, c10::Device(kNeuron, resolveDevice(iv.toDevice().index())));
+    }
+  }
+  if (st.device < 0) {
+    // Dispatched here without a neuron tensor or device (e.g. a generator).
+    st.device = currentDevice();
+  }
+  c10::DeviceGuard guard(c10::Device(kNeuron, st.device));
+  lazyInit();
+  (void)has_device_arg;
+
+  // Pass 2: replace arguments.
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& iv = (*stack)[begin + i];
+    const auto& arg = arguments[i];
+    const bool written = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    auto convert = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined()) return t;
+      if (isNeuron(t)) return aliasOf(st, t, written);
+      if (t.device().is_cpu() && t.dim() != 0 && !iv.isOptionalTensorList()) {
+        deviceMismatch(name, c10::Device(kNeuron, st.device), t.device());
+      }
+      return t;
+    };
+    if (iv.isTensor()) {
+      iv = convert(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(convert(t));
+      iv = std::move(out);
+    } else if (iv.isOptionalTensorList()) {
+      auto list = iv.toOptionalTensorList();
+      c10::List<std::optional<at::Tensor>> out;
+      out.reserve(list.size());
+      for (const std::optional<at::Tensor>& t : list) {
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
+      }
+      iv = std::move(out);
+    } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
+      iv = c10::Device(c10::DeviceType::CPU);
+    } else if (isGeneratorType(arg.type())) {
+      at::Generator gen = iv.isNone() ? getDefaultGenerator(st.device) : iv.toGenerator();
+      if (gen.device().type() == kNeuron) {
+        iv = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
+      }
+    }
+  }
+
+  // The generic path is synchronous: queued work on the current stream must
+  // finish before the host touches the memory.
+  getCurrentStream(st.device).synchronize();
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  for (auto& [original, alias] : st.written) {
+    syncWritten(st, original, alias);
+  }
+  const size_t num_returns = schema.returns().size();
+  const size_t rbegin = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& iv = (*stack)[rbegin + i];
+    if (iv.isTensor()) {
+      iv = resultToDevice(st, iv.toTensor());
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(resultToDevice(st, t));
+      iv = std::move(out);
+    }
+  }
+}
+
+namespace {
+
+void fallbackEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) { genericFallback(op, stack); }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallbackEntry>());
+}
+
+}  // namespace torchneuron

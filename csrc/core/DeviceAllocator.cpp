@@ -1,0 +1,499 @@
+// Caching device allocator.
+//
+// Blocks are carved out of segments obtained from nrtMalloc and cached after
+// use, per device, in two pools (small: <= 1 MiB requests from 2 MiB segments;
+// large: everything else). A cached block is reused only by the stream it was
+// allocated on; recordStream() adds other streams that use the block, and its
+// reuse is deferred until events recorded on those streams at free time have
+// completed. When nrtMalloc reports out-of-memory, every cached (whole, free)
+// segment is released and the allocation retried once; a second failure
+// throws c10::OutOfMemoryError (torch.OutOfMemoryError) with the device's
+// capacity and the allocator's allocated/reserved bytes.
+// Statistics follow CUDA's DeviceStats so that torch.accelerator.memory_stats
+// produces the same keys.
+#include "core/DeviceAllocator.h"
+
+#include "core/Runtime.h"
+#include "core/Stream.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/flat_hash_map.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <vector>
+
+namespace torchneuron {
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+using c10::CachingAllocator::StatType;
+using c10::CachingAllocator::StatTypes;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kMinBlockSize = 512;         // every size is a multiple of this
+constexpr size_t kSmallSize = 1 << 20;        // largest "small" request
+constexpr size_t kSmallBuffer = 2 << 20;      // small-pool segment size
+constexpr size_t kMinLargeAlloc = 10 << 20;   // below: one kLargeBuffer segment
+constexpr size_t kLargeBuffer = 20 << 20;     // large-pool segment for mid sizes
+constexpr size_t kRoundLarge = 2 << 20;       // large segments round to this
+
+struct BlockPool;
+
+struct Block {
+  c10::DeviceIndex device;
+  nrtStream_t stream;  // allocation stream
+  size_t size;         // block size in bytes
+  size_t requested = 0;
+  void* ptr;
+  BlockPool* pool;
+  bool allocated = false;
+  Block* prev = nullptr;  // neighbours within the same segment
+  Block* next = nullptr;
+  ska::flat_hash_set<nrtStream_t> stream_uses;
+  int event_count = 0;  // outstanding events before reuse
+
+  Block(c10::DeviceIndex d, nrtStream_t s, size_t sz, BlockPool* p, void* ptr_)
+      : device(d), stream(s), size(sz), ptr(ptr_), pool(p) {}
+  bool isSplit() const { return prev != nullptr || next != nullptr; }
+};
+
+struct BlockComparator {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+  }
+};
+
+struct BlockPool {
+  explicit BlockPool(bool small_) : small(small_) {}
+  std::set<Block*, BlockComparator> blocks;
+  const bool small;
+};
+
+std::string formatBytes(size_t bytes) {
+  std::ostringstream os;
+  os.precision(2);
+  os << std::fixed;
+  if (bytes < (1 << 10)) {
+    os << bytes << " bytes";
+  } else if (bytes < (1 << 20)) {
+    os << bytes / 1024.0 << " KiB";
+  } else if (bytes < (size_t(1) << 30)) {
+    os << bytes / 1048576.0 << " MiB";
+  } else {
+    os << bytes / 1073741824.0 << " GiB";
+  }
+  return os.str();
+}
+
+size_t roundSize(size_t size) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t allocationSize(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+class DeviceCache {
+ public:
+  explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
+
+  Block* malloc(size_t orig_size, nrtStream_t stream) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    processEvents();
+    const size_t size = roundSize(orig_size);
+    BlockPool& pool = size <= kSmallSize ? small_ : large_;
+    Block* block = takeFreeBlock(pool, stream, size);
+    if (block == nullptr) {
+      block = allocateSegment(pool, stream, size, orig_size);
+    }
+    // Split off the unused tail so it can serve other requests.
+    const size_t remaining = block->size - size;
+    const bool split = pool.small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+    StatTypes types = statTypes(pool);
+    if (split) {
+      auto* rest = new Block(device_, stream, remaining, &pool,
+                             static_cast<char*>(block->ptr) + size);
+      rest->prev = block;
+      rest->next = block->next;
+      if (rest->next) rest->next->prev = rest;
+      block->next = rest;
+      block->size = size;
+      pool.blocks.insert(rest);
+      forEach(types, [&](size_t t) {
+        stats_.inactive_split[t].increase(1);
+        stats_.inactive_split_bytes[t].increase(remaining);
+      });
+    }
+    block->allocated = true;
+    block->requested = orig_size;
+    forEach(types, [&](size_t t) {
+      stats_.allocation[t].increase(1);
+      stats_.allocated_bytes[t].increase(block->size);
+      stats_.active[t].increase(1);
+      stats_.active_bytes[t].increase(block->size);
+      stats_.requested_bytes[t].increase(orig_size);
+    });
+    return block;
+  }
+
+  void free(Block* block) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    block->allocated = false;
+    StatTypes types = statTypes(*block->pool);
+    forEach(types, [&](size_t t) {
+      stats_.allocation[t].decrease(1);
+      stats_.allocated_bytes[t].decrease(block->size);
+      stats_.requested_bytes[t].decrease(block->requested);
+    });
+    if (!block->stream_uses.empty()) {
+      // Defer reuse until the other streams that used the block are done.
+      auto uses = std::move(block->stream_uses);
+      block->stream_uses.clear();
+      for (nrtStream_t s : uses) {
+        nrtEvent_t ev = takeEvent();
+        NEURON_CHECK(nrtEventRecord(ev, s));
+        ++block->event_count;
+        pending_.emplace_back(ev, block);
+      }
+    } else {
+      freeBlock(block);
+    }
+  }
+
+  void recordStream(Block* block, nrtStream_t stream) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (stream == block->stream) return;
+    block->stream_uses.insert(stream);
+  }
+
+  void emptyCache() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    releaseCachedBlocks();
+  }
+
+  DeviceStats stats() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void resetAccumulated() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    auto reset = [](StatArray& a) {
+      for (auto& s : a) s.reset_accumulated();
+    };
+    for (StatArray* a : allArrays()) reset(*a);
+    stats_.num_alloc_retries = 0;
+    stats_.num_ooms = 0;
+    stats_.num_sync_all_streams = 0;
+    stats_.num_device_alloc = 0;
+    stats_.num_device_free = 0;
+    stats_.oversize_allocations.reset_accumulated();
+    stats_.oversize_segments.reset_accumulated();
+  }
+
+  void resetPeak() {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    for (StatArray* a : allArrays()) {
+      for (auto& s : *a) s.reset_peak();
+    }
+    stats_.oversize_allocations.reset_peak();
+    stats_.oversize_segments.reset_peak();
+  }
+
+ private:
+  template <typename F>
+  static void forEach(const StatTypes& types, F f) {
+    for (size_t t = 0; t < types.size(); ++t) {
+      if (types[t]) f(t);
+    }
+  }
+
+  static StatTypes statTypes(const BlockPool& pool) {
+    StatTypes types{};
+    types[static_cast<size_t>(StatType::AGGREGATE)] = true;
+    types[static_cast<size_t>(pool.small ? StatType::SMALL_POOL : StatType::LARGE_POOL)] = true;
+    return types;
+  }
+
+  std::vector<StatArray*> allArrays() {
+    return {&stats_.allocation,     &stats_.segment,         &stats_.active,
+            &stats_.inactive_split, &stats_.allocated_bytes, &stats_.reserved_bytes,
+            &stats_.active_bytes,   &stats_.inactive_split_bytes, &stats_.requested_bytes};
+  }
+
+  Block* takeFreeBlock(BlockPool& pool, nrtStream_t stream, size_t size) {
+    Block key(device_, stream, size, &pool, nullptr);
+    auto it = pool.blocks.lower_bound(&key);
+    if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
+    // Do not let a small request fragment a much larger cached segment.
+    if (!pool.small && (*it)->size >= size + kLargeBuffer) return nullptr;
+    Block* block = *it;
+    pool.blocks.erase(it);
+    if (block->isSplit()) {
+      forEach(statTypes(pool), [&](size_t t) {
+        stats_.inactive_split[t].decrease(1);
+        stats_.inactive_split_bytes[t].decrease(block->size);
+      });
+    }
+    return block;
+  }
+
+  Block* allocateSegment(BlockPool& pool, nrtStream_t stream, size_t size, size_t orig_size) {
+    const size_t alloc_size = allocationSize(size);
+    void* ptr = nullptr;
+    nrtStatus st = nrtMalloc(&ptr, alloc_size, device_);
+    if (st == NRT_ERROR_OUT_OF_MEMORY) {
+      // Free the cache and retry once.
+      stats_.num_alloc_retries += 1;
+      releaseCachedBlocks();
+      st = nrtMalloc(&ptr, alloc_size, device_);
+    }
+    if (st == NRT_ERROR_OUT_OF_MEMORY) {
+      stats_.num_ooms += 1;
+      size_t free_bytes = 0, total_bytes = 0;
+      nrtMemGetInfo(device_, &free_bytes, &total_bytes);
+      const size_t agg = static_cast<size_t>(StatType::AGGREGATE);
+      const size_t allocated = stats_.allocated_bytes[agg].current;
+      const size_t reserved = stats_.reserved_bytes[agg].current;
+      TORCH_CHECK_WITH(
+          OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
+          formatBytes(orig_size), " (a segment of ", formatBytes(alloc_size), "). Device neuron:",
+          static_cast<int>(device_), " has a total capacity of ", formatBytes(total_bytes),
+          " of which ", formatBytes(free_bytes), " is free. ", formatBytes(allocated),
+          " is allocated by PyTorch, and ", formatBytes(reserved),
+          " is reserved by PyTorch (", formatBytes(reserved - std::min(reserved, allocated)),
+          " reserved but unallocated). Free tensors, call torch.neuron.empty_cache(), or "
+          "raise NEURON_RT_MEMORY_PER_CORE.");
+    }
+    NEURON_CHECK(st);
+    stats_.num_device_alloc += 1;
+    forEach(statTypes(pool), [&](size_t t) {
+      stats_.segment[t].increase(1);
+      stats_.reserved_bytes[t].increase(alloc_size);
+    });
+    return new Block(device_, stream, alloc_size, &pool, ptr);
+  }
+
+  // Returns a block whose events have completed to its pool, merging it with
+  // free neighbours.
+  void freeBlock(Block* block) {
+    BlockPool& pool = *block->pool;
+    StatTypes types = statTypes(pool);
+    const size_t original_size = block->size;
+    for (Block* neighbour : {block->prev, block->next}) {
+      if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0) continue;
+      // The neighbour is a free, split block in the pool: absorb it.
+      forEach(types, [&](size_t t) {
+        stats_.inactive_split[t].decrease(1);
+        stats_.inactive_split_bytes[t].decrease(neighbour->size);
+      });
+      pool.blocks.erase(neighbour);
+      if (neighbour == block->prev) {
+        block->ptr = neighbour->ptr;
+        block->prev = neighbour->prev;
+        if (block->prev) block->prev->next = block;
+      } else {
+        block->next = neighbour->next;
+        if (block->next) block->next->prev = block;
+      }
+      block->size += neighbour->size;
+      delete neighbour;
+    }
+    pool.blocks.insert(block);
+    if (block->isSplit()) {
+      forEach(types, [&](size_t t) {
+        stats_.inactive_split[t].increase(1);
+        stats_.inactive_split_bytes[t].increase(block->size);
+      });
+    }
+    forEach(types, [&](size_t t) {
+      stats_.active[t].decrease(1);
+      stats_.active_bytes[t].decrease(original_size);
+    });
+  }
+
+  nrtEvent_t takeEvent() {
+    if (!free_events_.empty()) {
+      nrtEvent_t ev = free_events_.back();
+      free_events_.pop_back();
+      return ev;
+    }
+    nrtEvent_t ev = 0;
+    NEURON_CHECK(nrtEventCreate(&ev, NRT_EVENT_DISABLE_TIMING));
+    return ev;
+  }
+
+  void completeEvent(nrtEvent_t ev, Block* block) {
+    free_events_.push_back(ev);
+    if (--block->event_count == 0) freeBlock(block);
+  }
+
+  // Returns blocks whose deferred-reuse events have completed.
+  void processEvents() {
+    while (!pending_.empty()) {
+      auto [ev, block] = pending_.front();
+      const nrtStatus st = nrtEventQuery(ev);
+      if (st == NRT_ERROR_NOT_READY) break;
+      // Any other status (a kernel failure is reported elsewhere) means the
+      // recorded work is finished.
+      pending_.pop_front();
+      completeEvent(ev, block);
+    }
+  }
+
+  void synchronizeAndFreeEvents() {
+    if (pending_.empty()) return;
+    stats_.num_sync_all_streams += 1;
+    while (!pending_.empty()) {
+      auto [ev, block] = pending_.front();
+      pending_.pop_front();
+      (void)nrtEventSynchronize(ev);
+      completeEvent(ev, block);
+    }
+  }
+
+  void releaseCachedBlocks() {
+    synchronizeAndFreeEvents();
+    for (BlockPool* pool : {&small_, &large_}) {
+      for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
+        Block* block = *it;
+        if (block->isSplit()) {
+          ++it;
+          continue;
+        }
+        it = pool->blocks.erase(it);
+        NEURON_WARN_IF_ERROR(nrtFree(block->ptr));
+        stats_.num_device_free += 1;
+        forEach(statTypes(*pool), [&](size_t t) {
+          stats_.segment[t].decrease(1);
+          stats_.reserved_bytes[t].decrease(block->size);
+        });
+        delete block;
+      }
+    }
+  }
+
+  const c10::DeviceIndex device_;
+  std::recursive_mutex mutex_;
+  DeviceStats stats_;
+  BlockPool small_{true};
+  BlockPool large_{false};
+  std::deque<std::pair<nrtEvent_t, Block*>> pending_;
+  std::vector<nrtEvent_t> free_events_;
+};
+
+void rawDelete(void* ptr);
+
+class NeuronCachingAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    const c10::DeviceIndex device = currentDevice();
+    lazyInit();
+    if (nbytes == 0) {
+      return c10::DataPtr(nullptr, c10::Device(c10::DeviceType::PrivateUse1, device));
+    }
+    nrtStream_t stream = getCurrentStream(device).handle();
+    Block* block = cache(device).malloc(nbytes, stream);
+    {
+      std::lock_guard<std::mutex> lock(blocks_mutex_);
+      live_[block->ptr] = block;
+    }
+    return c10::DataPtr(block->ptr, block->ptr, &rawDelete,
+                        c10::Device(c10::DeviceType::PrivateUse1, device));
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &rawDelete; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    NEURON_CHECK(nrtMemcpy(dest, src, count, nrtMemcpyDeviceToDevice));
+  }
+
+  void free(void* ptr) {
+    if (ptr == nullptr) return;
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(blocks_mutex_);
+      auto it = live_.find(ptr);
+      TORCH_INTERNAL_ASSERT(it != live_.end(), "neuron allocator: freeing unknown pointer ", ptr);
+      block = it->second;
+      live_.erase(it);
+    }
+    cache(block->device).free(block);
+  }
+
+  bool initialized() override { return isInitialized(); }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    if (!isInitialized()) return;
+    for (auto& c : caches()) c->emptyCache();
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (!ptr.get() || ptr.get_deleter() != &rawDelete) return;
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(blocks_mutex_);
+      auto it = live_.find(ptr.get());
+      if (it == live_.end()) return;
+      block = it->second;
+    }
+    cache(block->device).recordStream(block, streamHandle(stream));
+  }
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    return cache(resolveDevice(device)).stats();
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    cache(resolveDevice(device)).resetAccumulated();
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    cache(resolveDevice(device)).resetPeak();
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    size_t free_bytes = 0, total_bytes = 0;
+    NEURON_CHECK(nrtMemGetInfo(resolveDevice(device), &free_bytes, &total_bytes));
+    return {free_bytes, total_bytes};
+  }
+
+ private:
+  std::vector<std::unique_ptr<DeviceCache>>& caches() {
+    static std::vector<std::unique_ptr<DeviceCache>> all = [] {
+      std::vector<std::unique_ptr<DeviceCache>> v;
+      for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
+        v.push_back(std::make_unique<DeviceCache>(i));
+      }
+      return v;
+    }();
+    return all;
+  }
+  DeviceCache& cache(c10::DeviceIndex device) {
+    checkDeviceIndex(device);
+    return *caches()[device];
+  }
+
+  std::mutex blocks_mutex_;
+  ska::flat_hash_map<void*, Block*> live_;
+};
+
+NeuronCachingAllocator g_allocator;
+
+void rawDelete(void* ptr) { g_allocator.free(ptr); }
+
+}  // namespace
+
+c10::DeviceAllocator* getDeviceAllocator() { return &g_allocator; }
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator)
+
+}  // namespace torchneuron

@@ -1,0 +1,140 @@
+#include "core/Runtime.h"
+
+#include <c10/util/Exception.h>
+
+#include <pthread.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <vector>
+
+namespace torchneuron {
+
+std::string describeStatus(nrtStatus status) {
+  std::string out = nrtGetErrorName(status);
+  out += " (";
+  out += nrtGetErrorString(status);
+  out += ")";
+  const char* detail = nrtGetLastErrorMessage();
+  if (detail != nullptr && detail[0] != '\0') {
+    out += ": ";
+    out += detail;
+  }
+  return out;
+}
+
+void throwRuntimeError(nrtStatus status, const char* expr, const char* file, int line) {
+  std::string msg = "neuron runtime call " + std::string(expr) + " failed with " +
+                    describeStatus(status) + " [" + file + ":" + std::to_string(line) + "]";
+  if (status == NRT_ERROR_OUT_OF_MEMORY) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+  }
+  TORCH_CHECK(false, msg);
+}
+
+namespace {
+
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_in_bad_fork{false};
+std::once_flag g_atfork_once;
+
+void onForkChild() {
+  if (g_initialized.load()) {
+    g_in_bad_fork.store(true);
+  }
+}
+
+struct DeviceCountCache {
+  c10::DeviceIndex count = 0;
+  bool ok = false;
+  std::string error;
+  DeviceCountCache() {
+    int n = 0;
+    nrtStatus st = nrtGetDeviceCount(&n);
+    if (st == NRT_SUCCESS) {
+      ok = true;
+      count = static_cast<c10::DeviceIndex>(n);
+    } else {
+      error = describeStatus(st);
+    }
+  }
+};
+
+const DeviceCountCache& deviceCountCache() {
+  static DeviceCountCache cache;
+  return cache;
+}
+
+}  // namespace
+
+c10::DeviceIndex deviceCount() noexcept {
+  try {
+    return deviceCountCache().count;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void lazyInit() {
+  TORCH_CHECK(!g_in_bad_fork.load(),
+              "Cannot re-initialize neuron in forked subprocess. To use neuron with "
+              "multiprocessing, you must use the 'spawn' start method");
+  if (g_initialized.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, onForkChild); });
+  const auto& cache = deviceCountCache();
+  TORCH_CHECK(cache.ok, "neuron runtime failed to initialise: ", cache.error,
+              ". Check the NEURON_RT_* environment variables.");
+  TORCH_CHECK(cache.count > 0,
+              "No neuron devices are visible (NEURON_RT_NUM_CORES / NEURON_RT_VISIBLE_CORES "
+              "select none).");
+  g_initialized.store(true, std::memory_order_release);
+}
+
+bool isInitialized() noexcept { return g_initialized.load(); }
+bool isInBadFork() noexcept { return g_in_bad_fork.load(); }
+
+void checkDeviceIndex(c10::DeviceIndex index) {
+  const auto count = deviceCount();
+  TORCH_CHECK(index >= 0 && index < count, "Invalid neuron device index ",
+              static_cast<int>(index), ": expected 0 <= index < ", static_cast<int>(count),
+              " (the number of visible neuron devices)");
+}
+
+c10::DeviceIndex currentDevice() {
+  int dev = 0;
+  NEURON_CHECK(nrtGetDevice(&dev));
+  return static_cast<c10::DeviceIndex>(dev);
+}
+
+void setCurrentDevice(c10::DeviceIndex index) {
+  checkDeviceIndex(index);
+  NEURON_CHECK(nrtSetDevice(index));
+}
+
+c10::DeviceIndex resolveDevice(c10::DeviceIndex index) {
+  if (index < 0) {
+    return currentDevice();
+  }
+  checkDeviceIndex(index);
+  return index;
+}
+
+const nrtDeviceProperties& deviceProperties(c10::DeviceIndex index) {
+  checkDeviceIndex(index);
+  static std::once_flag once;
+  static std::vector<nrtDeviceProperties> props;
+  static std::vector<std::once_flag>* flags = nullptr;
+  std::call_once(once, [] {
+    props.resize(deviceCount());
+    flags = new std::vector<std::once_flag>(deviceCount());
+  });
+  std::call_once((*flags)[index], [index] {
+    NEURON_CHECK(nrtGetDeviceProperties(&props[index], index));
+  });
+  return props[index];
+}
+
+}  // namespace torchneuron

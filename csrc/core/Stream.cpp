@@ -1,0 +1,151 @@
+#include "core/Stream.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace torchneuron {
+namespace {
+
+struct DeviceStreams {
+  std::once_flag default_once;
+  nrtStream_t default_stream = 0;
+  int least = 0;     // numerically largest priority
+  int greatest = 0;  // numerically smallest priority
+  int levels = 1;
+  std::array<std::once_flag, kMaxPriorityLevels> pool_once;
+  std::array<std::array<nrtStream_t, kStreamsPerPool>, kMaxPriorityLevels> pool{};
+  std::array<std::atomic<uint32_t>, kMaxPriorityLevels> next{};
+};
+
+std::vector<std::unique_ptr<DeviceStreams>>& allDevices() {
+  static std::vector<std::unique_ptr<DeviceStreams>> devices = [] {
+    std::vector<std::unique_ptr<DeviceStreams>> v;
+    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
+      v.push_back(std::make_unique<DeviceStreams>());
+    }
+    return v;
+  }();
+  return devices;
+}
+
+DeviceStreams& deviceStreams(c10::DeviceIndex device) {
+  checkDeviceIndex(device);
+  auto& ds = *allDevices()[device];
+  std::call_once(ds.default_once, [&ds, device] {
+    lazyInit();
+    NEURON_CHECK(nrtStreamGetDefault(&ds.default_stream, device));
+    const auto& props = deviceProperties(device);
+    ds.least = props.streamPriorityLeast;
+    ds.greatest = std::min(props.streamPriorityGreatest, props.streamPriorityLeast);
+    ds.levels = std::min(kMaxPriorityLevels, ds.least - ds.greatest + 1);
+  });
+  return ds;
+}
+
+int levelForPriority(const DeviceStreams& ds, int priority) {
+  const int clamped = std::clamp(priority, ds.greatest, ds.least);
+  return std::min(ds.least - clamped, ds.levels - 1);
+}
+
+nrtStream_t poolStream(DeviceStreams& ds, c10::DeviceIndex device, int level, int slot) {
+  std::call_once(ds.pool_once[level], [&ds, device, level] {
+    // Priority of this level: least, least-1, ...; the last level takes the
+    // greatest priority so that every level is reachable.
+    const int prio = level == ds.levels - 1 ? ds.greatest : ds.least - level;
+    for (auto& s : ds.pool[level]) {
+      NEURON_CHECK(nrtStreamCreate(&s, device, prio));
+    }
+  });
+  return ds.pool[level][slot];
+}
+
+c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+// Per-thread current stream id for each device (0 = default stream).
+std::vector<c10::StreamId>& threadCurrentStreams() {
+  thread_local std::vector<c10::StreamId> current(static_cast<size_t>(deviceCount()), 0);
+  return current;
+}
+
+}  // namespace
+
+NeuronStream::NeuronStream(c10::Stream stream) : stream_(stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "Expected a neuron stream, got a stream of device type ", stream.device_type());
+}
+
+nrtStream_t streamHandle(const c10::Stream& stream) {
+  auto device = stream.device_index();
+  auto& ds = deviceStreams(device);
+  const c10::StreamId id = stream.id();
+  if (id == 0) {
+    return ds.default_stream;
+  }
+  const int64_t packed = static_cast<int64_t>(id) - 1;
+  TORCH_CHECK(packed >= 0 && packed < static_cast<int64_t>(ds.levels) * kStreamsPerPool,
+              "Invalid neuron stream id ", id, " for device ", static_cast<int>(device));
+  return poolStream(ds, device, static_cast<int>(packed / kStreamsPerPool),
+                    static_cast<int>(packed % kStreamsPerPool));
+}
+
+nrtStream_t NeuronStream::handle() const { return streamHandle(stream_); }
+
+int NeuronStream::priority() const {
+  int prio = 0;
+  NEURON_CHECK(nrtStreamGetPriority(handle(), &prio));
+  return prio;
+}
+
+bool NeuronStream::query() const {
+  const nrtStatus st = nrtStreamQuery(handle());
+  if (st == NRT_ERROR_NOT_READY) {
+    return false;
+  }
+  NEURON_CHECK(st);
+  return true;
+}
+
+void NeuronStream::synchronize() const { NEURON_CHECK(nrtStreamSynchronize(handle())); }
+
+NeuronStream getDefaultStream(c10::DeviceIndex device) {
+  device = resolveDevice(device);
+  deviceStreams(device);
+  return NeuronStream(makeStream(device, 0));
+}
+
+NeuronStream getCurrentStream(c10::DeviceIndex device) {
+  device = resolveDevice(device);
+  deviceStreams(device);
+  return NeuronStream(makeStream(device, threadCurrentStreams()[device]));
+}
+
+void setCurrentStream(const NeuronStream& stream) {
+  auto device = stream.device_index();
+  // Validates the id (and creates the pool) before making it current.
+  streamHandle(stream.unwrap());
+  threadCurrentStreams()[device] = stream.id();
+}
+
+NeuronStream getStreamFromPool(int priority, c10::DeviceIndex device) {
+  device = resolveDevice(device);
+  auto& ds = deviceStreams(device);
+  const int level = levelForPriority(ds, priority);
+  const int slot = static_cast<int>(ds.next[level].fetch_add(1) % kStreamsPerPool);
+  poolStream(ds, device, level, slot);
+  return NeuronStream(makeStream(device, 1 + level * kStreamsPerPool + slot));
+}
+
+std::pair<int, int> priorityRange(c10::DeviceIndex device) {
+  auto& ds = deviceStreams(resolveDevice(device));
+  return {ds.least, ds.greatest};
+}
+
+}  // namespace torchneuron

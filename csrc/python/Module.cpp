@@ -1,0 +1,85 @@
+// torchneuron._C: the thin Python binding of the backend library. Everything
+// that can be reached through torch itself (streams, events, memory stats,
+// generators via torch.accelerator) is not duplicated here.
+#include "aten/OpTracking.h"
+#include "core/Generator.h"
+#include "core/Runtime.h"
+#include "core/Stream.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace py = pybind11;
+
+namespace torchneuron {
+namespace {
+
+py::dict pyDeviceProperties(int index) {
+  const auto& p = torchneuron::deviceProperties(static_cast<c10::DeviceIndex>(index));
+  py::dict d;
+  d["name"] = std::string(p.name);
+  d["total_memory"] = p.totalMemory;
+  d["compute_threads"] = p.computeThreads;
+  d["executor_threads"] = p.executorThreads;
+  d["physical_core"] = p.physicalCore;
+  d["stream_priority_least"] = p.streamPriorityLeast;
+  d["stream_priority_greatest"] = p.streamPriorityGreatest;
+  return d;
+}
+
+py::dict pyExecutedOps() {
+  py::dict out;
+  for (const auto& [name, rec] : torchneuron::executedOps()) {
+    py::dict r;
+    r["native"] = rec.native;
+    r["async"] = rec.async;
+    r["fallback"] = rec.fallback;
+    out[py::str(name)] = r;
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace torchneuron
+
+PYBIND11_MODULE(_C, m) {
+  using namespace torchneuron;
+  m.doc() = "torchneuron backend bindings";
+  m.def("_init", [] { lazyInit(); });
+  m.def("_is_initialized", [] { return isInitialized(); });
+  m.def("_is_in_bad_fork", [] { return isInBadFork(); });
+  m.def("_device_count", [] { return static_cast<int>(deviceCount()); });
+  m.def("_get_device", [] { return static_cast<int>(currentDevice()); });
+  m.def("_set_device", [](int d) { setCurrentDevice(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_exchange_device", [](int d) {
+    const int old = currentDevice();
+    if (d >= 0 && d != old) setCurrentDevice(static_cast<c10::DeviceIndex>(d));
+    return old;
+  });
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release no_gil;
+    lazyInit();
+    NEURON_CHECK(nrtDeviceSynchronize(resolveDevice(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("_get_device_properties", &pyDeviceProperties);
+  m.def("_stream_priority_range", [](int d) {
+    return priorityRange(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_get_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("_executed_ops", &pyExecutedOps);
+  m.def("_clear_op_tracking", [] { clearOpTracking(); });
+  m.def("_set_op_tracking", [](bool on) { setOpTrackingEnabled(on); });
+  m.def("_is_pinned_ptr", [](uintptr_t p) {
+    nrtPointerAttributes attr{};
+    NEURON_CHECK(nrtPointerGetAttributes(&attr, reinterpret_cast<void*>(p)));
+    return attr.type == nrtMemoryTypeHost;
+  });
+  m.def("_pointer_device", [](uintptr_t p) {
+    nrtPointerAttributes attr{};
+    NEURON_CHECK(nrtPointerGetAttributes(&attr, reinterpret_cast<void*>(p)));
+    return attr.type == nrtMemoryTypeDevice ? attr.device : -1;
+  });
+}
