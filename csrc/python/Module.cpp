@@ -65,6 +65,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_stream_priority_range", [](int d) {
     return priorityRange(static_cast<c10::DeviceIndex>(d));
   });
+  m.def("_stream_priority", [](int64_t id, int d) {
+    return NeuronStream(c10::Stream(c10::Stream::UNSAFE,
+                                    c10::Device(c10::DeviceType::PrivateUse1,
+                                                static_cast<c10::DeviceIndex>(d)),
+                                    static_cast<c10::StreamId>(id)))
+        .priority();
+  });
   m.def("_get_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));

@@ -1,0 +1,127 @@
+"""torchneuron: the ``neuron`` device for stock PyTorch (PrivateUse1 backend).
+
+Loaded automatically by ``import torch`` through the ``torch.backends`` entry
+point (disable with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``); importing it
+explicitly is also fine.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+__version__ = "0.1.0"
+_BACKEND_NAME = "neuron"
+
+if "torch" not in sys.modules:
+    # Importing torch would autoload us again while this import is running.
+    _saved = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    try:
+        import torch
+    finally:
+        if _saved is None:
+            os.environ.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
+        else:
+            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _saved
+import torch  # noqa: E402
+
+
+def _check_privateuse1_slot() -> None:
+    """Fail clearly when another backend holds PyTorch's single PrivateUse1 slot."""
+    claimed = torch._C._get_privateuse1_backend_name()
+    if claimed not in ("privateuseone", _BACKEND_NAME):
+        raise RuntimeError(
+            f"torchneuron cannot register the '{_BACKEND_NAME}' device: PyTorch's PrivateUse1 "
+            f"backend slot is already claimed by the backend '{claimed}'. A process can load "
+            f"only one PrivateUse1 backend; import torchneuron in a process without it, or "
+            f"disable backend autoloading with TORCH_DEVICE_BACKEND_AUTOLOAD=0."
+        )
+    if "torch_neuronx" in sys.modules:
+        raise RuntimeError(
+            "torchneuron cannot be loaded together with AWS TorchNeuron (torch_neuronx): both "
+            "provide the 'neuron' device and PyTorch has a single PrivateUse1 slot. Use one "
+            "of the two per process (TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops torch from "
+            "loading either automatically)."
+        )
+    existing = getattr(torch, _BACKEND_NAME, None)
+    if existing is not None and getattr(existing, "__name__", "") != f"{__name__}.neuron":
+        raise RuntimeError(
+            f"torchneuron cannot register torch.{_BACKEND_NAME}: it is already provided by "
+            f"'{getattr(existing, '__name__', existing)}' (another neuron backend). Use one "
+            f"backend per process."
+        )
+
+
+_check_privateuse1_slot()
+
+# Loads libtorchneuron_backend.so: guard, hooks, allocators, kernels.
+from . import _C  # noqa: E402
+
+if torch._C._get_privateuse1_backend_name() != _BACKEND_NAME:
+    torch.utils.rename_privateuse1_backend(_BACKEND_NAME)
+
+from . import neuron  # noqa: E402
+
+if not hasattr(torch, _BACKEND_NAME):
+    torch._register_device_module(_BACKEND_NAME, neuron)
+if not hasattr(torch.Tensor, _BACKEND_NAME):
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+
+from .neuron import (  # noqa: E402,F401
+    Event,
+    Stream,
+    current_stream,
+    device_count,
+    empty_cache,
+    is_available,
+    is_neuron_runtime_initialized,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+    synchronize,
+)
+
+
+def get_op_paths() -> dict[str, dict[str, int]]:
+    """Every op run on neuron since the last clear: {op: {native, async, fallback}} counts.
+
+    ``native``: a dedicated kernel; ``async``: a fast kernel queued on the stream;
+    ``fallback``: the generic path (the op's CPU kernel run on device memory).
+    """
+    return dict(_C._executed_ops())
+
+
+def get_executed_ops() -> dict[str, int]:
+    """Ops run on neuron since the last clear, with how many times each ran."""
+    return {op: sum(rec.values()) for op, rec in _C._executed_ops().items()}
+
+
+def get_fallback_ops() -> list[str]:
+    """Ops that took the generic (fallback) path since the last clear, sorted."""
+    return sorted(op for op, rec in _C._executed_ops().items() if rec["fallback"] > 0)
+
+
+def clear_op_tracking() -> None:
+    """Forget the ops recorded so far."""
+    _C._clear_op_tracking()
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this module registered us."""
+
+
+__all__ = [
+    "Event", "Stream", "clear_op_tracking", "current_stream", "device_count",
+    "empty_cache", "get_executed_ops", "get_fallback_ops", "get_op_paths",
+    "is_available", "is_neuron_runtime_initialized", "max_memory_allocated",
+    "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
+    "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
+    "synchronize",
+]
