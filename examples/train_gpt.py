@@ -1,0 +1,226 @@
+"""The main job: train a small GPT on Shakespeare on `neuron` and on CPU.
+
+Both runs start from the same weights and see the same batches; the script
+prints the two loss series and tokens/s, says whether they match bit for
+bit, saves a plot of the two curves, then continues training on `neuron`
+with dropout on and generates a short text sample there.
+
+    python examples/train_gpt.py            (make demo runs this)
+    python examples/train_gpt.py --steps 50 --device2 cpu   (a quick CPU-only check)
+
+The only device-specific thing in the model code is `.to(device)`.
+"""
+import argparse
+import math
+import os
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim, heads, dropout):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+        self.resid_drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_drop(self.proj(y))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, dropout):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, dropout)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, block, dim=128, heads=4, layers=4, dropout=0.0):
+        super().__init__()
+        self.block = block
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(block, dim)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(dim, heads, dropout) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def set_dropout(self, p):
+        for m in self.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = p
+            if isinstance(m, CausalSelfAttention):
+                m.dropout = p
+
+    def forward(self, idx, targets=None):
+        t = idx.shape[1]
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.tok(idx) + self.pos(pos))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.ln(x))
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    @torch.no_grad()
+    def generate(self, idx, n, generator=None):
+        for _ in range(n):
+            logits, _ = self(idx[:, -self.block:])
+            probs = F.softmax(logits[:, -1, :] / 0.8, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator)
+            idx = torch.cat([idx, nxt], dim=1)
+        return idx
+
+
+def load_corpus():
+    text = open(os.path.join(HERE, "data", "shakespeare.txt"), encoding="utf-8").read()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    return data, chars
+
+
+def batches(data, steps, batch, block, seed):
+    """The same batches for every run: drawn on CPU from a fixed seed."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        ix = torch.randint(len(data) - block - 1, (batch,), generator=g)
+        x = torch.stack([data[i:i + block] for i in ix])
+        y = torch.stack([data[i + 1:i + 1 + block] for i in ix])
+        yield x, y
+
+
+def train(model, device, data, args, steps, seed, log_every=0, label=""):
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1,
+                            fused=(device != "cpu" and args.fused))
+    losses = []
+    tokens = 0
+    start = time.perf_counter()
+    for step, (x, y) in enumerate(batches(data, steps, args.batch, args.block, seed)):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+        tokens += x.numel()
+        if log_every and (step + 1) % log_every == 0:
+            print(f"  [{label}] step {step + 1:4d}  loss {losses[-1].item():.4f}", flush=True)
+    losses = [l.item() for l in losses]  # one synchronisation at the end
+    elapsed = time.perf_counter() - start
+    return losses, tokens / elapsed
+
+
+def plot(cpu_losses, dev_losses, device, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(cpu_losses, label="cpu", linewidth=2.5, alpha=0.6)
+    ax.plot(dev_losses, label=device, linewidth=1.0, linestyle="--")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title("Char-level GPT on Shakespeare: cpu vs " + device)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"saved plot: {os.path.relpath(path)}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", default="neuron")
+    p.add_argument("--device2", default="cpu", help="the reference device")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--dropout-steps", type=int, default=60,
+                   help="extra steps on --device with dropout on, before sampling")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--block", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--no-fused", dest="fused", action="store_false")
+    p.add_argument("--out", default=os.path.join(HERE, "out"))
+    args = p.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+
+    data, chars = load_corpus()
+    print(f"corpus: {len(data)} characters, vocabulary {len(chars)}")
+    torch.manual_seed(args.seed)
+    # Dropout layers are part of the model; the parity phase runs them with
+    # p=0 because CPU (mt19937) and neuron (Philox) draw different masks.
+    reference = GPT(len(chars), args.block, dropout=0.0)
+    init = {k: v.clone() for k, v in reference.state_dict().items()}
+    print(f"model: {sum(p.numel() for p in reference.parameters()) / 1e6:.2f}M parameters, "
+          f"{args.steps} AdamW steps of {args.batch}x{args.block} tokens per device")
+
+    results = {}
+    for device in (args.device2, args.device):
+        model = GPT(len(chars), args.block, dropout=0.0)
+        model.load_state_dict(init)
+        model.to(device)
+        print(f"training on {device} ...", flush=True)
+        results[device] = (model,) + train(model, device, data, args, args.steps, args.seed,
+                                           log_every=max(1, args.steps // 5), label=device)
+
+    ref_losses, ref_tps = results[args.device2][1:]
+    dev_model, dev_losses, dev_tps = results[args.device]
+    print(f"\n{'step':>5} {args.device2:>12} {args.device:>12}")
+    for i in range(0, args.steps, max(1, args.steps // 20)):
+        print(f"{i + 1:5d} {ref_losses[i]:12.6f} {dev_losses[i]:12.6f}")
+    identical = ref_losses == dev_losses
+    diff = max(abs(a - b) for a, b in zip(ref_losses, dev_losses))
+    params_equal = all(
+        torch.equal(a.detach().cpu(), b.detach().cpu())
+        for a, b in zip(results[args.device2][0].parameters(), dev_model.parameters()))
+    print(f"\ntokens/s: {args.device2} {ref_tps:,.0f}   {args.device} {dev_tps:,.0f}   "
+          f"ratio {dev_tps / ref_tps:.2f}x")
+    print(f"loss series {'MATCH bit for bit' if identical else 'DIFFER'} "
+          f"(max |diff| {diff:.3g}); final parameters {'identical' if params_equal else 'differ'}")
+
+    os.makedirs(args.out, exist_ok=True)
+    plot(ref_losses, dev_losses, args.device, os.path.join(args.out, "loss_curves.png"))
+
+    if args.dropout_steps:
+        dev_model.set_dropout(args.dropout)
+        dev_model.train()
+        print(f"\ncontinuing on {args.device} with dropout {args.dropout} for "
+              f"{args.dropout_steps} steps ...")
+        more, _ = train(dev_model, args.device, data, args, args.dropout_steps, args.seed + 1)
+        print(f"loss {more[0]:.4f} -> {more[-1]:.4f}")
+    dev_model.eval()
+    g = torch.Generator(device=args.device).manual_seed(args.seed)
+    prompt = torch.tensor([[chars.index(c) for c in "HAMLET:\n"]], device=args.device)
+    out = dev_model.generate(prompt, 300, generator=g)[0].tolist()
+    print(f"\nsample from {args.device}:\n" + "".join(chars[i] for i in out))
+    return 0 if identical and params_equal else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
