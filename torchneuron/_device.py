@@ -203,3 +203,9 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 def is_neuron_runtime_initialized() -> bool:
     return is_initialized()
+
+
+def _sleep(microseconds: int) -> None:
+    """Queue a kernel that keeps the current stream busy for ``microseconds``."""
+    _lazy_init()
+    _C._sleep(int(microseconds))

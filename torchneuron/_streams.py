@@ -62,28 +62,25 @@ class Stream(torch.Stream):
         return f"<torch.neuron.Stream device=neuron:{self.device_index} stream_id={self.stream_id}>"
 
 
-class Event(torch.Event):
-    """A neuron event: marks a point in a stream; supports timing by default off."""
+class _EventMeta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "neuron"
+
+
+class Event(metaclass=_EventMeta):
+    """A neuron event: marks a point in a stream (timing off unless enable_timing).
+
+    Instances are plain ``torch.Event`` objects on the neuron device (PyTorch's
+    event methods accept only exact ``torch.Event`` arguments), and
+    ``isinstance(e, torch.neuron.Event)`` holds for any neuron ``torch.Event``.
+    """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False,
-                interprocess: bool = False):
+                interprocess: bool = False) -> torch.Event:  # type: ignore[misc]
         _device._lazy_init()
-        return super().__new__(cls, device=torch.device("neuron", _device.current_device()),
-                               enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
-
-    def record(self, stream: Optional[torch.Stream] = None) -> None:
-        if stream is None:
-            stream = current_stream()
-        super().record(stream)
-
-    def wait(self, stream: Optional[torch.Stream] = None) -> None:
-        if stream is None:
-            stream = current_stream()
-        super().wait(stream)
-
-    def __repr__(self) -> str:
-        return f"<torch.neuron.Event event_id={self.event_id}>"
+        return torch.Event(device=torch.device("neuron", _device.current_device()),
+                           enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 def _wrap(stream: torch.Stream) -> Stream:

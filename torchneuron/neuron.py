@@ -12,6 +12,7 @@ from ._device import (  # noqa: F401
     _is_in_bad_fork,
     _lazy_call,
     _lazy_init,
+    _sleep,
     current_device,
     device,
     device_count,

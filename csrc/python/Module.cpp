@@ -9,6 +9,10 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
+#include <cstring>
+#include <thread>
+
 namespace py = pybind11;
 
 namespace torchneuron {
@@ -25,6 +29,15 @@ py::dict pyDeviceProperties(int index) {
   d["stream_priority_least"] = p.streamPriorityLeast;
   d["stream_priority_greatest"] = p.streamPriorityGreatest;
   return d;
+}
+
+// A kernel that keeps its stream busy for a while (like torch.cuda._sleep):
+// lets tests observe asynchronous execution deterministically.
+nrtStatus sleepKernel(void* args) {
+  int64_t us = 0;
+  std::memcpy(&us, args, sizeof(us));
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+  return NRT_SUCCESS;
 }
 
 py::dict pyExecutedOps() {
@@ -75,6 +88,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("_sleep", [](int64_t microseconds) {
+    lazyInit();
+    const int64_t us = microseconds;
+    NEURON_CHECK(nrtLaunchKernel(getCurrentStream().handle(), "torchneuron::_sleep", &sleepKernel,
+                                 &us, sizeof(us)));
   });
   m.def("_executed_ops", &pyExecutedOps);
   m.def("_clear_op_tracking", [] { clearOpTracking(); });

@@ -1,0 +1,58 @@
+"""Shared fixtures for the neuron backend suites.
+
+Every test compares work done on the ``neuron`` device against PyTorch CPU.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchneuron  # noqa: F401  (explicit: also loaded by torch's autoload)
+
+NEURON = torch.device("neuron")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "multidevice: needs at least two neuron devices")
+
+
+@pytest.fixture(autouse=True)
+def _default_stream_and_device():
+    """Each test starts on device 0, default stream, and leaves no queued work."""
+    torch.neuron.set_device(0)
+    yield
+    for i in range(torch.neuron.device_count()):
+        torch.neuron.synchronize(i)
+    torch.neuron.set_device(0)
+
+
+@pytest.fixture
+def two_devices():
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two neuron devices (NEURON_RT_NUM_CORES>=2)")
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Runs code in a fresh interpreter (for autoload, fork and conflict checks)."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, env=full_env, timeout=timeout,
+    )
+
+
+def assert_same(neuron_result, cpu_result, **kw):
+    """neuron_result must be on neuron and equal (or close) to cpu_result."""
+    if isinstance(cpu_result, (tuple, list)):
+        assert len(neuron_result) == len(cpu_result)
+        for n, c in zip(neuron_result, cpu_result):
+            assert_same(n, c, **kw)
+        return
+    assert isinstance(neuron_result, torch.Tensor)
+    assert neuron_result.device.type == "neuron", neuron_result.device
+    torch.testing.assert_close(neuron_result.cpu(), cpu_result, **kw)

@@ -1,0 +1,141 @@
+"""Registration, the torch.neuron device module, autoload, conflicts, fork safety."""
+import pytest
+import torch
+
+import torchneuron
+from conftest import run_python
+
+
+def test_backend_is_registered_as_neuron():
+    assert torch._C._get_privateuse1_backend_name() == "neuron"
+    assert torch.neuron is torchneuron.neuron
+    assert torch.neuron.is_available()
+    assert torch.neuron.device_count() >= 1
+    assert torch.accelerator.current_accelerator().type == "neuron"
+    assert torch.accelerator.device_count() == torch.neuron.device_count()
+
+
+def test_tensor_lives_in_device_memory():
+    x = torch.arange(6, dtype=torch.float32, device="neuron")
+    assert x.device == torch.device("neuron", 0)
+    assert x.is_neuron
+    # The data pointer belongs to the runtime's device arena.
+    assert torchneuron._C._pointer_device(x.data_ptr()) == 0
+    torch.testing.assert_close(x.cpu(), torch.arange(6, dtype=torch.float32))
+
+
+def test_generated_methods():
+    cpu = torch.randn(3)
+    x = cpu.neuron()
+    assert x.is_neuron and not cpu.is_neuron
+    torch.testing.assert_close(x.cpu(), cpu)
+    m = torch.nn.Linear(2, 2).neuron()
+    assert m.weight.device.type == "neuron"
+    s = torch.UntypedStorage(8).neuron()
+    assert s.device.type == "neuron" and s.is_neuron
+
+
+def test_current_device_and_context(two_devices):
+    assert torch.neuron.current_device() == 0
+    with torch.neuron.device(1):
+        assert torch.neuron.current_device() == 1
+        y = torch.ones(2, device="neuron")
+        assert y.device == torch.device("neuron", 1)
+        assert torchneuron._C._pointer_device(y.data_ptr()) == 1
+    assert torch.neuron.current_device() == 0
+    torch.neuron.set_device("neuron:1")
+    assert torch.neuron.current_device() == 1
+    assert torch.accelerator.current_device_index() == 1
+    torch.neuron.set_device(0)
+    z = torch.zeros(3, device="neuron:1")
+    with torch.neuron.device_of(z):
+        assert torch.neuron.current_device() == 1
+
+
+def test_invalid_device_index_raises():
+    with pytest.raises(RuntimeError, match="Invalid neuron device index"):
+        torch.empty(1, device=f"neuron:{torch.neuron.device_count()}")
+
+
+def test_properties_and_capabilities():
+    props = torch.neuron.get_device_properties(0)
+    assert props.name == torch.neuron.get_device_name(0)
+    assert "NeuronCore" in props.name
+    free, total = torch.neuron.mem_get_info(0)
+    assert props.total_memory == total and 0 < free <= total
+    assert torch.float16 in torch.neuron.get_amp_supported_dtype()
+    assert torch.bfloat16 in torch.neuron.get_amp_supported_dtype()
+    assert torch.neuron.is_bf16_supported()
+    assert torch.neuron.is_initialized() and torch.neuron._initialized
+    assert not torch.neuron._is_in_bad_fork()
+
+
+def test_synchronize_waits_for_queued_work():
+    x = torch.ones(1000, device="neuron")
+    y = x * 3
+    torch.neuron.synchronize()
+    torch.accelerator.synchronize()
+    torch.testing.assert_close(y.cpu(), torch.full((1000,), 3.0))
+
+
+def test_autoload_through_entry_point():
+    r = run_python("""
+        import sys, torch
+        print(torch._C._get_privateuse1_backend_name(), 'torchneuron' in sys.modules)
+        print(torch.ones(2, device='neuron').add(1).cpu().tolist())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["neuron", "True", "[2.0,", "2.0]"]
+
+
+def test_autoload_can_be_disabled():
+    r = run_python("""
+        import sys, torch
+        print(torch._C._get_privateuse1_backend_name(), 'torchneuron' in sys.modules)
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["privateuseone", "False"]
+
+
+def test_conflicting_privateuse1_backend_is_named():
+    r = run_python("""
+        import torch
+        torch.utils.rename_privateuse1_backend('otherdev')
+        import torchneuron
+    """, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert r.returncode != 0
+    assert "already claimed by the backend 'otherdev'" in r.stderr
+
+
+def test_fork_after_init_is_a_bad_fork():
+    r = run_python("""
+        import os, torch
+        x = torch.ones(4, device='neuron') * 2
+        pid = os.fork()
+        if pid == 0:
+            bad = torch.neuron._is_in_bad_fork() and not torch.neuron.is_initialized()
+            try:
+                torch.neuron.init()
+                ok = False
+            except RuntimeError as e:
+                ok = 'forked subprocess' in str(e)
+            os._exit(0 if (bad and ok) else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), torch.neuron._is_in_bad_fork(), x.sum().item())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "False", "8.0"]
+
+
+def test_fork_before_init_is_fine():
+    r = run_python("""
+        import os, torch
+        pid = os.fork()
+        if pid == 0:
+            ok = not torch.neuron._is_in_bad_fork()
+            os._exit(0 if ok and torch.ones(2, device='neuron').sum().item() == 2 else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0"]
