@@ -1,0 +1,139 @@
+"""Streams, priorities, thread-local current streams, events and ordering."""
+import threading
+
+import torch
+
+import torchneuron  # noqa: F401
+
+
+def test_default_and_current_stream():
+    s = torch.neuron.current_stream()
+    assert s == torch.neuron.default_stream()
+    assert s.stream_id == 0 and s.device_index == 0
+    assert torch.accelerator.current_stream().stream_id == 0
+
+
+def test_priorities_are_accepted_and_clamped():
+    least, greatest = torchneuron._C._stream_priority_range(0)
+    assert greatest <= least
+    for prio in (-1000, -1, 0, 1, 1000):
+        s = torch.neuron.Stream(priority=prio)
+        assert greatest <= s.priority <= least
+    assert torch.neuron.Stream(priority=-1).priority == max(greatest, -1)
+    assert torch.neuron.Stream(priority=0).priority == least
+    # torch.Stream (FSDP2 creates Stream(priority=-1)).
+    t = torch.Stream(device="neuron", priority=-1)
+    assert t.device_type == torch.neuron.Stream().device_type
+
+
+def test_streams_come_from_a_round_robin_pool():
+    ids = {torch.neuron.Stream().stream_id for _ in range(40)}
+    assert 1 < len(ids) <= 32
+
+
+def test_stream_context_sets_and_restores():
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream() == s
+        assert torch.accelerator.current_stream().stream_id == s.stream_id
+    assert torch.neuron.current_stream().stream_id == 0
+    with s:  # torch.Stream's own context manager
+        assert torch.neuron.current_stream() == s
+    assert torch.neuron.current_stream().stream_id == 0
+
+
+def test_current_stream_is_thread_local():
+    s = torch.neuron.Stream()
+    seen = {}
+    with torch.neuron.stream(s):
+        t = threading.Thread(target=lambda: seen.setdefault("id", torch.neuron.current_stream().stream_id))
+        t.start()
+        t.join()
+        assert torch.neuron.current_stream() == s
+    assert seen["id"] == 0
+
+
+def test_query_and_synchronize_observe_async_work():
+    s = torch.neuron.Stream()
+    with torch.neuron.stream(s):
+        torch.neuron._sleep(200_000)
+    assert not s.query()
+    s.synchronize()
+    assert s.query()
+
+
+def test_events_record_query_elapsed():
+    start = torch.neuron.Event(enable_timing=True)
+    end = torch.neuron.Event(enable_timing=True)
+    assert isinstance(start, torch.neuron.Event) and isinstance(start, torch.Event)
+    start.record()
+    torch.neuron._sleep(50_000)
+    end.record()
+    assert not end.query()
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) >= 40.0  # milliseconds
+
+
+def test_wait_stream_orders_work_across_streams():
+    cpu = torch.randn(100_000)
+    x = cpu.to("neuron")
+    s1, s2 = torch.neuron.Stream(), torch.neuron.Stream()
+    with torch.neuron.stream(s1):
+        torch.neuron._sleep(100_000)
+        a = x * 2  # queued behind the sleep
+    s2.wait_stream(s1)
+    with torch.neuron.stream(s2):
+        b = a + 1
+    ev = s2.record_event()
+    ev.synchronize()
+    torch.testing.assert_close(b.cpu(), cpu * 2 + 1)
+
+
+def test_event_wait_blocks_a_stream():
+    s1, s2 = torch.neuron.Stream(), torch.neuron.Stream()
+    with torch.neuron.stream(s1):
+        torch.neuron._sleep(100_000)
+    ev = torch.neuron.Event()
+    ev.record(s1)
+    ev.wait(s2)
+    with torch.neuron.stream(s2):
+        torch.neuron._sleep(1)
+    assert not s2.query()
+    s2.synchronize()
+    assert s1.query()
+
+
+def test_async_ops_are_ordered_on_the_current_stream():
+    cpu = torch.randn(1000)
+    x = cpu.to("neuron")
+    y = x
+    for i in range(20):
+        y = y * 1.5 + i
+    ref = cpu
+    for i in range(20):
+        ref = ref * 1.5 + i
+    torch.testing.assert_close(y.cpu(), ref)
+
+
+def test_streams_on_second_device(two_devices):
+    s = torch.neuron.Stream(device=1)
+    assert s.device_index == 1
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_device() == 1
+        x = torch.ones(10, device="neuron:1") * 4
+    assert torch.neuron.current_device() == 0
+    s.synchronize()
+    torch.testing.assert_close(x.cpu(), torch.full((10,), 4.0))
+    assert torch.neuron.current_stream(1).stream_id == 0
+
+
+def test_torch_event_and_stream_generic_api():
+    s = torch.Stream(device="neuron")
+    e = torch.Event(device="neuron", enable_timing=True)
+    with s:
+        x = torch.ones(4, device="neuron") + 1
+        e.record()
+    e.synchronize()
+    s.synchronize()
+    torch.testing.assert_close(x.cpu(), torch.full((4,), 2.0))
