@@ -13,6 +13,8 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
 
+#include <functional>
+
 namespace c10 {
 class OperatorHandle;
 }
@@ -65,6 +67,14 @@ inline std::string fullName(const c10::OperatorName& name) {
 // Generic path entry point (Fallback.cpp): runs op's CPU kernel on device
 // memory. Kernels with a fast path call it when their preconditions fail.
 void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The generic path running `target` (a CPU-capable op with the same
+// arguments, after `adjust` edits the converted stack from index `begin`)
+// in place of `op`'s CPU kernel. For ops whose CPU entry point differs from
+// the one PrivateUse1 reaches (e.g. convolution_overrideable).
+using StackAdjust = std::function<void(torch::jit::Stack&, size_t begin)>;
+void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                const c10::OperatorHandle* target, const StackAdjust& adjust);
 
 // Copies a CPU tensor into a new tensor on a neuron device (same sizes and,
 // for dense tensors, the same strides).

@@ -122,6 +122,11 @@ void syncWritten(AliasState& st, const at::Tensor& original, const at::Tensor& a
 }  // namespace
 
 void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runGeneric(op, stack, nullptr, {});
+}
+
+void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                const c10::OperatorHandle* target, const StackAdjust& adjust) {
   const auto& schema = op.schema();
   const std::string name = fullName(schema.operator_name());
   recordOp(name, OpPath::Fallback);
@@ -202,7 +207,12 @@ void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // finish before the host touches the memory.
   getCurrentStream(st.device).synchronize();
 
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  if (target != nullptr) {
+    if (adjust) adjust(*stack, begin);
+    target->callBoxed(stack);
+  } else {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
 
   for (auto& [original, alias] : st.written) {
     syncWritten(st, original, alias);

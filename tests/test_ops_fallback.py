@@ -1,0 +1,240 @@
+"""Operators on neuron against CPU: the generic path, the async fast path,
+in-place/out= semantics, autograd, errors and op tracking."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron
+from conftest import assert_same
+
+
+def _inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "a": torch.randn(6, 5, generator=g),
+        "b": torch.randn(6, 5, generator=g),
+        "v": torch.randn(5, generator=g),
+        "m": torch.randn(5, 4, generator=g),
+        "pos": torch.rand(6, 5, generator=g) + 0.1,
+        "i": torch.randint(0, 6, (4,), generator=g),
+        "img": torch.randn(2, 3, 8, 8, generator=g),
+        "w": torch.randn(4, 3, 3, 3, generator=g),
+    }
+
+
+OPS = {
+    "sin": lambda t: t["a"].sin(),
+    "exp_log": lambda t: t["pos"].log().exp(),
+    "sqrt": lambda t: t["pos"].sqrt(),
+    "sub_div": lambda t: (t["a"] - t["b"]) / (t["pos"] + 1),
+    "add_broadcast": lambda t: t["a"] + t["v"],
+    "add_alpha": lambda t: torch.add(t["a"], t["b"], alpha=2.5),
+    "mul_scalar": lambda t: t["a"] * 3,
+    "add_int": lambda t: t["a"].to(torch.int64) + 7,
+    "pow": lambda t: t["pos"] ** 2.5,
+    "clamp": lambda t: t["a"].clamp(-0.5, 0.5),
+    "where": lambda t: torch.where(t["a"] > 0, t["a"], t["b"]),
+    "sum_dim": lambda t: t["a"].sum(dim=1),
+    "mean": lambda t: t["a"].mean(),
+    "amax": lambda t: t["a"].amax(dim=0),
+    "argmax": lambda t: t["a"].argmax(dim=1),
+    "cumsum": lambda t: t["a"].cumsum(0),
+    "prod": lambda t: t["pos"].prod(dim=1),
+    "norm": lambda t: t["a"].norm(),
+    "matmul": lambda t: t["a"] @ t["m"],
+    "mv": lambda t: t["m"].t() @ t["a"][0],
+    "bmm": lambda t: torch.bmm(t["a"].view(2, 3, 5), t["m"].expand(2, 5, 4)),
+    "softmax": lambda t: F.softmax(t["a"], dim=-1),
+    "log_softmax": lambda t: F.log_softmax(t["a"], dim=0),
+    "layer_norm": lambda t: F.layer_norm(t["a"], (5,)),
+    "conv2d": lambda t: F.conv2d(t["img"], t["w"], padding=1),
+    "max_pool": lambda t: F.max_pool2d(t["img"], 2),
+    "relu_gelu": lambda t: F.gelu(F.relu(t["a"])),
+    "cat": lambda t: torch.cat([t["a"], t["b"]], dim=1),
+    "stack": lambda t: torch.stack([t["a"], t["b"]]),
+    "index_select": lambda t: t["a"].index_select(0, t["i"]),
+    "advanced_index": lambda t: t["a"][t["i"]],
+    "gather": lambda t: t["a"].gather(1, t["i"].view(4, 1).clamp(max=4)),
+    "sort": lambda t: t["a"].sort(dim=1),
+    "topk": lambda t: t["a"].topk(2, dim=1),
+    "nonzero": lambda t: (t["a"] > 0).nonzero(),
+    "masked_select": lambda t: t["a"].masked_select(t["a"] > 0),
+    "unique": lambda t: torch.unique(t["i"]),
+    "eq_any": lambda t: (t["a"] == t["a"]).all(),
+    "tril": lambda t: t["a"].tril(),
+    "flip": lambda t: t["a"].flip(0),
+    "repeat": lambda t: t["v"].repeat(3),
+    "embedding": lambda t: F.embedding(t["i"], t["a"]),
+    "arange_like": lambda t: torch.arange(6, device=t["a"].device) * t["a"][:, 0],
+    "linspace": lambda t: torch.linspace(0, 1, 5, device=t["a"].device),
+    "full": lambda t: torch.full((2, 3), 7.0, device=t["a"].device),
+    "eye": lambda t: torch.eye(3, device=t["a"].device),
+    "zeros_like": lambda t: torch.zeros_like(t["a"]) + torch.ones_like(t["b"]),
+    "to_dtype": lambda t: t["a"].to(torch.float16).to(torch.float32),
+    "bf16_math": lambda t: (t["a"].bfloat16() * t["b"].bfloat16()).float(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_op_matches_cpu(name):
+    fn = OPS[name]
+    cpu_in = _inputs()
+    dev_in = {k: v.to("neuron") for k, v in cpu_in.items()}
+    expected = fn(cpu_in)
+    got = fn(dev_in)
+    if isinstance(expected, torch.Tensor):
+        assert_same(got, expected)
+    else:
+        assert_same(tuple(got), tuple(expected))
+
+
+def test_generic_path_runs_on_device_memory_and_is_tracked():
+    torchneuron.clear_op_tracking()
+    cpu = torch.randn(4, 4)
+    x = cpu.to("neuron")
+    y = x.sin()
+    assert_same(y, cpu.sin())
+    fallback = torchneuron.get_fallback_ops()
+    assert any(op.startswith("aten::sin") for op in fallback)
+    executed = torchneuron.get_executed_ops()
+    assert executed["aten::_copy_from"] >= 2  # to and from the device
+    torchneuron.clear_op_tracking()
+    assert torchneuron.get_executed_ops() == {}
+
+
+def test_add_mul_take_the_async_path():
+    torchneuron.clear_op_tracking()
+    a, b = torch.randn(100), torch.randn(100)
+    x, y = a.to("neuron"), b.to("neuron")
+    z = x * y + x
+    z.mul_(2)
+    z.add_(y, alpha=-1)
+    torch.mul(x, y, out=z)
+    paths = torchneuron.get_op_paths()
+    for op in ("aten::mul.Tensor", "aten::add.Tensor", "aten::mul_.Tensor", "aten::add_.Tensor",
+               "aten::mul.out"):
+        assert paths[op]["async"] >= 1, (op, paths.get(op))
+    assert "aten::mul.Tensor" not in torchneuron.get_fallback_ops()
+    assert_same(z, a * b)
+
+
+def test_async_path_falls_back_when_needed():
+    a = torch.randn(5)
+    x = a.to("neuron")
+    # integer tensor + float alpha: the CPU error, raised at the call.
+    with pytest.raises(RuntimeError, match="alpha"):
+        torch.add(x.long(), x.long(), alpha=0.5)
+    # in-place with a type that cannot hold the result
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        x.long().add_(x)
+    # broadcasting error message matches CPU's
+    with pytest.raises(RuntimeError, match="must match the size"):
+        x + torch.randn(3).to("neuron")
+    # out= with a wrong-sized output is resized like on CPU
+    out = torch.empty(0, device="neuron")
+    torch.add(x, x, out=out)
+    assert_same(out, a + a)
+
+
+def test_in_place_and_out_variants():
+    cpu = _inputs()
+    dev = {k: v.to("neuron") for k, v in cpu.items()}
+    for t in (cpu, dev):
+        t["a"].sin_()
+        t["a"].clamp_(min=0)
+        t["b"].index_fill_(0, t["i"], -1.0)
+        t["b"][t["b"] > 0.5] = 0.5
+        t["a"][:, 1] += t["v"][:6] if t["v"].numel() >= 6 else 0
+    assert_same(dev["a"], cpu["a"])
+    assert_same(dev["b"], cpu["b"])
+    out = torch.empty(0, device="neuron")
+    res = torch.sin(dev["a"], out=out)  # out resized by the kernel
+    assert res is out and out.shape == dev["a"].shape
+    assert_same(out, cpu["a"].sin())
+    vals = torch.empty(0, device="neuron")
+    idx = torch.empty(0, dtype=torch.long, device="neuron")
+    torch.max(dev["a"], dim=1, out=(vals, idx))
+    v_cpu, i_cpu = torch.max(cpu["a"], dim=1)
+    assert_same(vals, v_cpu)
+    assert_same(idx, i_cpu)
+
+
+def test_in_place_returns_the_same_tensor():
+    x = torch.randn(3).to("neuron")
+    assert x.sin_() is x
+    assert x.mul_(2) is x
+    assert x.add_(1) is x
+
+
+def test_mixed_devices_are_rejected():
+    x = torch.randn(3, 3).to("neuron")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.atan2(x, torch.randn(3, 3))
+    # CPU 0-dim tensors are scalars and allowed, like on CUDA
+    assert_same(torch.atan2(x, torch.tensor(2.0)), torch.atan2(x.cpu(), torch.tensor(2.0)))
+
+
+def test_ops_on_second_device(two_devices):
+    cpu = torch.randn(4, 4)
+    x = cpu.to("neuron:1")
+    y = (x.exp() @ x).sum(0) * 2
+    assert y.device == torch.device("neuron", 1)
+    assert torchneuron._C._pointer_device(y.data_ptr()) == 1
+    torch.testing.assert_close(y.cpu(), (cpu.exp() @ cpu).sum(0) * 2)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.atan2(x, cpu.to("neuron:0"))
+
+
+def test_autograd_matches_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                                torch.nn.Linear(16, 3))
+    data, target = torch.randn(10, 8), torch.randint(0, 3, (10,))
+    ref = model
+    dev_model = copy.deepcopy(model).to("neuron")
+    loss_cpu = F.cross_entropy(ref(data), target)
+    loss_cpu.backward()
+    loss_dev = F.cross_entropy(dev_model(data.to("neuron")), target.to("neuron"))
+    loss_dev.backward()
+    torch.testing.assert_close(loss_dev.cpu(), loss_cpu)
+    for p_cpu, p_dev in zip(ref.parameters(), dev_model.parameters()):
+        assert p_dev.grad.device.type == "neuron"
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_backward_matches_cpu():
+    torch.manual_seed(2)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1, groups=1)
+    tconv = torch.nn.ConvTranspose2d(4, 2, 2, stride=2)
+    x = torch.randn(2, 3, 6, 6, requires_grad=True)
+    dconv, dtconv = copy.deepcopy(conv).to("neuron"), copy.deepcopy(tconv).to("neuron")
+    xd = x.detach().to("neuron").requires_grad_()
+    tconv(conv(x)).square().sum().backward()
+    dtconv(dconv(xd)).square().sum().backward()
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    for p_cpu, p_dev in zip(list(conv.parameters()) + list(tconv.parameters()),
+                            list(dconv.parameters()) + list(dtconv.parameters())):
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_optimizer_step_matches_cpu():
+    torch.manual_seed(1)
+    w_cpu = torch.randn(5, 5, requires_grad=True)
+    w_dev = w_cpu.detach().to("neuron").requires_grad_()
+    opt_cpu = torch.optim.AdamW([w_cpu], lr=0.1)
+    opt_dev = torch.optim.AdamW([w_dev], lr=0.1)
+    x = torch.randn(3, 5)
+    for _ in range(3):
+        for w, opt, inp in ((w_cpu, opt_cpu, x), (w_dev, opt_dev, x.to("neuron"))):
+            opt.zero_grad()
+            (inp @ w).pow(2).sum().backward()
+            opt.step()
+    torch.testing.assert_close(w_dev.detach().cpu(), w_cpu.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_printing_and_repr():
+    x = torch.arange(3.0).to("neuron")
+    assert "device='neuron:0'" in repr(x)
+    assert str(x.cpu()) in str(x).replace(", device='neuron:0'", "")
