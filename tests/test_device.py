@@ -139,3 +139,30 @@ def test_fork_before_init_is_fine():
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0"]
+
+
+def test_import_torchneuron_before_torch():
+    r = run_python("""
+        import torchneuron, torch
+        print(torch.ones(2, device='neuron').sum().item())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2.0"]
+
+
+@pytest.mark.parametrize("value,message", [
+    ("abc", "NEURON_RT_NUM_CORES"),
+    ("0", "No neuron devices are visible"),
+])
+def test_unusable_runtime_is_reported_not_crashed(value, message):
+    r = run_python("""
+        import torch
+        print(torch.neuron.is_available(), torch.neuron.device_count())
+        try:
+            torch.ones(1, device='neuron')
+        except RuntimeError as e:
+            print('ERROR', e)
+    """, env={"NEURON_RT_NUM_CORES": value})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("False 0")
+    assert "ERROR" in r.stdout and message in r.stdout

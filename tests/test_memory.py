@@ -161,3 +161,13 @@ def test_storage_resize_goes_through_the_allocator():
     s.resize_(80)
     assert s.nbytes() == 80 and s.device.type == "neuron"
     torch.testing.assert_close(x.cpu(), torch.arange(10, dtype=torch.float32))
+
+
+def test_empty_cache_waits_for_queued_kernels():
+    cpu = torch.randn(4 * MiB // 4)
+    x = cpu.to("neuron")
+    torch.neuron._sleep(100_000)
+    y = x * 2  # queued behind the sleep, reads x
+    del x  # x's block returns to the cache while the kernel is pending
+    torch.neuron.empty_cache()  # must not hand x's memory back before y ran
+    torch.testing.assert_close(y.cpu(), cpu * 2)

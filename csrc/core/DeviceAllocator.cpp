@@ -365,6 +365,16 @@ class DeviceCache {
 
   void releaseCachedBlocks() {
     synchronizeAndFreeEvents();
+    // A free block may still be read or written by kernels queued before its
+    // tensor died (stream-ordered reuse makes that safe for the cache, but
+    // not for returning memory to the runtime): drain the device first, as
+    // cudaFree does.
+    bool any_whole_segment = false;
+    for (BlockPool* pool : {&small_, &large_}) {
+      for (Block* block : pool->blocks) any_whole_segment |= !block->isSplit();
+    }
+    if (!any_whole_segment) return;
+    NEURON_WARN_IF_ERROR(nrtDeviceSynchronize(device_));
     for (BlockPool* pool : {&small_, &large_}) {
       for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
         Block* block = *it;
@@ -468,14 +478,15 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
  private:
   std::vector<std::unique_ptr<DeviceCache>>& caches() {
-    static std::vector<std::unique_ptr<DeviceCache>> all = [] {
-      std::vector<std::unique_ptr<DeviceCache>> v;
+    // Never destroyed: tensors may be freed during interpreter teardown.
+    static auto* all = [] {
+      auto* v = new std::vector<std::unique_ptr<DeviceCache>>();
       for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
-        v.push_back(std::make_unique<DeviceCache>(i));
+        v->push_back(std::make_unique<DeviceCache>(i));
       }
       return v;
     }();
-    return all;
+    return *all;
   }
   DeviceCache& cache(c10::DeviceIndex device) {
     checkDeviceIndex(device);
