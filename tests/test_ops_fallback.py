@@ -238,3 +238,32 @@ def test_printing_and_repr():
     x = torch.arange(3.0).to("neuron")
     assert "device='neuron:0'" in repr(x)
     assert str(x.cpu()) in str(x).replace(", device='neuron:0'", "")
+
+
+def test_generic_path_outputs_are_device_memory_without_copies():
+    assert torchneuron._C._allocation_redirect_installed()
+    cpu = torch.randn(6, 5)
+    x = cpu.to("neuron")
+    before = torchneuron._C._fresh_output_copies()
+    results = {
+        "sort": (x.sort(dim=1)[0], cpu.sort(dim=1)[0]),
+        "topk": (x.topk(2)[1], cpu.topk(2)[1]),
+        "nonzero": ((x > 0).nonzero(), (cpu > 0).nonzero()),
+        "masked_select": (x.masked_select(x > 0), cpu.masked_select(cpu > 0)),
+        "cumsum": (x.cumsum(1), cpu.cumsum(1)),
+        "mm": (x @ x.t(), cpu @ cpu.t()),
+    }
+    assert torchneuron._C._fresh_output_copies() == before
+    for name, (got, expected) in results.items():
+        assert torchneuron._C._pointer_device(got.data_ptr()) == 0, name
+        assert_same(got, expected)
+    # out= tensors grown by the kernel keep their storage object, now in device memory
+    out = torch.empty(0, device="neuron")
+    view = out.view(-1)
+    torch.cos(x, out=out)
+    assert torchneuron._C._pointer_device(out.data_ptr()) == 0
+    assert out.untyped_storage().data_ptr() == view.untyped_storage().data_ptr()
+    assert_same(out, cpu.cos())
+    # host memory is untouched by the redirect outside the generic path
+    h = torch.empty(10)
+    assert torchneuron._C._pointer_device(h.data_ptr()) == -1

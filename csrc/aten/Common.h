@@ -76,6 +76,9 @@ using StackAdjust = std::function<void(torch::jit::Stack&, size_t begin)>;
 void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                 const c10::OperatorHandle* target, const StackAdjust& adjust);
 
+// How many generic-path outputs had to be copied (not adopted zero-copy).
+int64_t freshOutputCopies();
+
 // Copies a CPU tensor into a new tensor on a neuron device (same sizes and,
 // for dense tensors, the same strides).
 at::Tensor copyToDevice(const at::Tensor& cpu, c10::DeviceIndex device);

@@ -68,7 +68,8 @@ void hostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
                                   stream.handle()));
       getHostAllocator()->record_event(host, src.storage().data_ptr().get_context(), stream);
     } else {
-      NEURON_CHECK(nrtMemcpy(dst.data_ptr(), host, nbytes, nrtMemcpyHostToDevice));
+      // Default: a CPU tensor of the generic path may hold device memory.
+      NEURON_CHECK(nrtMemcpy(dst.data_ptr(), host, nbytes, nrtMemcpyDefault));
     }
     return;
   }

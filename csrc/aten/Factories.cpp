@@ -46,7 +46,8 @@ at::Tensor copyToDevice(const at::Tensor& cpu_in, c10::DeviceIndex device) {
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), cpu.scalar_type());
   const size_t nbytes = static_cast<size_t>(cpu.numel()) * cpu.element_size();
   if (nbytes > 0) {
-    NEURON_CHECK(nrtMemcpy(out.data_ptr(), cpu.data_ptr(), nbytes, nrtMemcpyHostToDevice));
+    // (Default: the source may itself be redirected device memory.)
+    NEURON_CHECK(nrtMemcpy(out.data_ptr(), cpu.data_ptr(), nbytes, nrtMemcpyDefault));
   }
   out._set_conj(cpu.is_conj());
   out._set_neg(cpu.is_neg());

@@ -14,10 +14,14 @@
 //      tensors (resized on the device when the kernel resized them), results
 //      that view an input alias become device views of the same storage, and
 //      fresh results are copied into new device tensors.
-// TODO(zero-copy outputs): allocate fresh outputs in device memory up front
-// (out= variants or an allocation redirect) instead of copying them.
+// Fresh outputs are zero-copy: host allocations made by the CPU kernel on
+// this thread are redirected to the device caching allocator while it runs
+// (AllocationRedirect.h), and the generic path adopts them as device storage.
+// Outputs allocated elsewhere (another thread, a foreign allocator) are
+// copied; freshOutputCopies() counts those copies.
 #include "aten/Common.h"
 
+#include "aten/AllocationRedirect.h"
 #include "core/Generator.h"
 
 #include <ATen/EmptyTensor.h>
@@ -27,6 +31,7 @@
 #include <c10/util/flat_hash_map.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <sstream>
 
 namespace torchneuron {
@@ -41,7 +46,21 @@ struct AliasState {
   ska::flat_hash_map<c10::TensorImpl*, at::Tensor> originals;
   // mutable (written) tensor arguments: (original device tensor, alias)
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
+  // fresh CPU storages whose memory came from the device (redirect) -> the
+  // device storage that adopted it
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> adopted;
 };
+
+// Moves a redirected (device-memory) DataPtr out of a CPU storage.
+c10::DataPtr takeDeviceData(c10::StorageImpl* cpu_storage, c10::DeviceIndex device) {
+  c10::DataPtr dp = cpu_storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+  cpu_storage->set_nbytes(0);
+  dp.unsafe_set_device(c10::Device(kNeuron, device));
+  return dp;
+}
+
+std::atomic<int64_t> g_fresh_output_copies{0};
+void recordFreshOutputCopy() { g_fresh_output_copies.fetch_add(1, std::memory_order_relaxed); }
 
 [[noreturn]] void deviceMismatch(const std::string& op, c10::Device a, c10::Device b) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
@@ -84,12 +103,27 @@ at::Tensor resultToDevice(AliasState& st, const at::Tensor& r) {
   auto orig = st.originals.find(r.unsafeGetTensorImpl());
   if (orig != st.originals.end()) return orig->second;
   if (r.has_storage()) {
-    auto dev = st.to_device.find(r.storage().unsafeGetStorageImpl());
+    auto* simpl = r.storage().unsafeGetStorageImpl();
+    auto dev = st.to_device.find(simpl);
     if (dev != st.to_device.end()) {
       // A view of an input: same storage on the device.
       return tensorOverStorage(dev->second, r, c10::DispatchKey::PrivateUse1);
     }
+    auto adopted = st.adopted.find(simpl);
+    if (adopted == st.adopted.end() && isDeviceDataPtr(simpl->data_ptr())) {
+      // A fresh output the kernel wrote straight into device memory: adopt
+      // it as device storage (zero-copy).
+      const size_t nbytes = simpl->nbytes();
+      c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                           takeDeviceData(simpl, st.device), getDeviceAllocator(),
+                           /*resizable=*/true);
+      adopted = st.adopted.emplace(simpl, std::move(storage)).first;
+    }
+    if (adopted != st.adopted.end()) {
+      return tensorOverStorage(adopted->second, r, c10::DispatchKey::PrivateUse1);
+    }
   }
+  recordFreshOutputCopy();
   return copyToDevice(r, st.device);
 }
 
@@ -108,7 +142,21 @@ void syncWritten(AliasState& st, const at::Tensor& original, const at::Tensor& a
     }
     return;
   }
-  // The kernel resized (moved) the alias: resize the device tensor and copy.
+  auto* alias_storage = alias.storage().unsafeGetStorageImpl();
+  if (alias_storage == st.to_cpu[original.storage().unsafeGetStorageImpl()].unsafeGetStorageImpl() &&
+      isDeviceDataPtr(alias_storage->data_ptr())) {
+    // The kernel grew the storage in place and the new bytes are device
+    // memory (redirect): the device storage adopts them, like the CPU
+    // storage did; every view of it sees the new data.
+    auto* device_storage = original.storage().unsafeGetStorageImpl();
+    const size_t nbytes = alias_storage->nbytes();
+    device_storage->set_data_ptr_noswap(takeDeviceData(alias_storage, st.device));
+    device_storage->set_nbytes(nbytes);
+    oimpl->set_sizes_and_strides(aimpl->sizes(), aimpl->strides(), aimpl->storage_offset());
+    return;
+  }
+  // The kernel moved the alias elsewhere: resize the device tensor and copy.
+  recordFreshOutputCopy();
   original.resize_(alias.sizes());
   if (original.strides() != alias.strides() && alias.is_non_overlapping_and_dense()) {
     oimpl->set_sizes_and_strides(aimpl->sizes(), aimpl->strides(), oimpl->storage_offset());
@@ -207,11 +255,14 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // finish before the host touches the memory.
   getCurrentStream(st.device).synchronize();
 
-  if (target != nullptr) {
-    if (adjust) adjust(*stack, begin);
-    target->callBoxed(stack);
-  } else {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  {
+    AllocationRedirectGuard redirect(st.device);
+    if (target != nullptr) {
+      if (adjust) adjust(*stack, begin);
+      target->callBoxed(stack);
+    } else {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    }
   }
 
   for (auto& [original, alias] : st.written) {
@@ -232,6 +283,8 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
 }
+
+int64_t freshOutputCopies() { return g_fresh_output_copies.load(); }
 
 namespace {
 

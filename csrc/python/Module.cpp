@@ -2,6 +2,12 @@
 // that can be reached through torch itself (streams, events, memory stats,
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/OpTracking.h"
+
+namespace torchneuron {
+int64_t freshOutputCopies();
+bool allocationRedirectInstalled();
+}  // namespace torchneuron
+
 #include "core/Generator.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
@@ -96,6 +102,8 @@ PYBIND11_MODULE(_C, m) {
                                  &us, sizeof(us)));
   });
   m.def("_executed_ops", &pyExecutedOps);
+  m.def("_fresh_output_copies", [] { return freshOutputCopies(); });
+  m.def("_allocation_redirect_installed", [] { return allocationRedirectInstalled(); });
   m.def("_clear_op_tracking", [] { clearOpTracking(); });
   m.def("_set_op_tracking", [](bool on) { setOpTrackingEnabled(on); });
   m.def("_is_pinned_ptr", [](uintptr_t p) {
