@@ -267,3 +267,45 @@ def test_generic_path_outputs_are_device_memory_without_copies():
     # host memory is untouched by the redirect outside the generic path
     h = torch.empty(10)
     assert torchneuron._C._pointer_device(h.data_ptr()) == -1
+
+
+@pytest.fixture
+def generic_async():
+    previous = torchneuron._C._generic_async_enabled()
+    torchneuron._C._set_generic_async(True)
+    yield
+    torchneuron._C._set_generic_async(previous)
+
+
+def test_generic_path_can_queue_on_the_stream(generic_async):
+    cpu = torch.randn(600, 600)
+    x = cpu.to("neuron")
+    x.exp()  # warm-up: the first Meta validation imports PyTorch's meta registrations
+    torch.neuron.synchronize()
+    torchneuron.clear_op_tracking()
+    torch.neuron._sleep(300_000)
+    y = x.exp()            # structured: exp.out into a preallocated output
+    y.tanh_()              # in-place
+    assert not torch.neuron.current_stream().query()  # queued behind the sleep
+    paths = torchneuron.get_op_paths()
+    assert paths["aten::exp.out"]["fallback_async"] == 1
+    assert paths["aten::tanh.out"]["fallback_async"] == 1  # tanh_ runs tanh.out(out=self)
+    assert "aten::exp.out" in torchneuron.get_fallback_ops()
+    s = y.sum(dim=0)       # a small output: synchronous, waits for the queue
+    assert_same(s, cpu.exp().tanh().sum(0), rtol=1e-4, atol=1e-4)
+    assert_same(y, cpu.exp().tanh())
+
+
+def test_generic_async_keeps_sync_semantics_where_needed(generic_async):
+    cpu = torch.randn(600, 600)
+    x = cpu.to("neuron")
+    out = torch.empty(0, device="neuron")
+    torch.exp(x, out=out)  # the output must be resized: synchronous path
+    assert_same(out, cpu.exp())
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.atan2(x, torch.randn(3).to("neuron"))
+    big = torch.randn(600, 600)
+    torch.neuron._sleep(100_000)
+    x.copy_(big.to("neuron"))
+    x.sin_()
+    assert_same(x, big.sin())

@@ -22,6 +22,7 @@
 #include "aten/Common.h"
 
 #include "aten/AllocationRedirect.h"
+#include "aten/AsyncGeneric.h"
 #include "core/Generator.h"
 
 #include <ATen/EmptyTensor.h>
@@ -177,7 +178,6 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                 const c10::OperatorHandle* target, const StackAdjust& adjust) {
   const auto& schema = op.schema();
   const std::string name = fullName(schema.operator_name());
-  recordOp(name, OpPath::Fallback);
 
   const auto& arguments = schema.arguments();
   const size_t num_args = arguments.size();
@@ -210,7 +210,12 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   c10::DeviceGuard guard(c10::Device(kNeuron, st.device));
   lazyInit();
-  (void)has_device_arg;
+
+  // The arguments as passed (the asynchronous path returns them).
+  std::vector<c10::IValue> originals;
+  if (target == nullptr && !has_device_arg) {
+    originals.assign(stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
+  }
 
   // Pass 2: replace arguments.
   for (size_t i = 0; i < num_args; ++i) {
@@ -251,8 +256,15 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
 
-  // The generic path is synchronous: queued work on the current stream must
-  // finish before the host touches the memory.
+  if (!originals.empty() &&
+      tryEnqueueGeneric(op, stack, begin, originals, st.device, name.c_str())) {
+    recordOp(name, OpPath::GenericAsync);
+    return;
+  }
+  recordOp(name, OpPath::Fallback);
+
+  // Synchronous: queued work on the current stream must finish before the
+  // host touches the memory.
   getCurrentStream(st.device).synchronize();
 
   {

@@ -21,6 +21,7 @@ const char* opPathName(OpPath path) {
     case OpPath::Native: return "native";
     case OpPath::Async: return "async";
     case OpPath::Fallback: return "fallback";
+    case OpPath::GenericAsync: return "fallback_async";
   }
   return "unknown";
 }
@@ -33,6 +34,7 @@ void recordOp(const std::string& op, OpPath path) {
     case OpPath::Native: ++rec.native; break;
     case OpPath::Async: ++rec.async; break;
     case OpPath::Fallback: ++rec.fallback; break;
+    case OpPath::GenericAsync: ++rec.fallback_async; break;
   }
 }
 

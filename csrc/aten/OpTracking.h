@@ -1,7 +1,9 @@
 // Which execution path each operator took on the neuron device:
 //   native   a dedicated kernel of this backend (factories, views, copies)
 //   async    a fast kernel enqueued on the current stream
-//   fallback the generic path (the op's CPU kernel run on device memory)
+//   fallback the generic path (the op's CPU kernel run on device memory),
+//            synchronously
+//   fallback_async  the generic path queued on the current stream
 // Exposed to Python as torchneuron.get_executed_ops()/get_fallback_ops().
 #pragma once
 
@@ -11,7 +13,7 @@
 
 namespace torchneuron {
 
-enum class OpPath : int { Native = 0, Async = 1, Fallback = 2 };
+enum class OpPath : int { Native = 0, Async = 1, Fallback = 2, GenericAsync = 3 };
 
 const char* opPathName(OpPath path);
 
@@ -23,6 +25,7 @@ struct OpRecord {
   int64_t native = 0;
   int64_t async = 0;
   int64_t fallback = 0;
+  int64_t fallback_async = 0;
 };
 
 // A snapshot of every op recorded since the last clear.
