@@ -171,3 +171,37 @@ def test_empty_cache_waits_for_queued_kernels():
     del x  # x's block returns to the cache while the kernel is pending
     torch.neuron.empty_cache()  # must not hand x's memory back before y ran
     torch.testing.assert_close(y.cpu(), cpu * 2)
+
+
+def test_allocator_stress_keeps_stats_consistent(two_devices):
+    import random
+
+    rng = random.Random(0)
+    dev = "neuron:1"
+    torch.neuron.empty_cache()
+    base = torch.neuron.memory_stats(1)
+    live = []
+    for step in range(400):
+        if live and rng.random() < 0.45:
+            live.pop(rng.randrange(len(live)))
+        else:
+            n = rng.choice([1, 100, 4096, 300_000, 2_500_000, 12_000_000])
+            live.append(torch.empty(n, dtype=torch.uint8, device=dev))
+        if step % 50 == 0:
+            st = torch.neuron.memory_stats(1)
+            assert st["reserved_bytes.all.current"] >= st["allocated_bytes.all.current"]
+            assert st["active_bytes.all.current"] >= st["allocated_bytes.all.current"]
+            assert st["inactive_split_bytes.all.current"] >= 0
+            assert st["allocated_bytes.all.current"] == (
+                st["allocated_bytes.small_pool.current"] + st["allocated_bytes.large_pool.current"])
+    # no two live blocks overlap
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel()) for t in live)
+    for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+        assert e0 <= s1
+    live.clear()
+    st = torch.neuron.memory_stats(1)
+    assert st["allocated_bytes.all.current"] == base["allocated_bytes.all.current"]
+    assert st["active_bytes.all.current"] == base["active_bytes.all.current"]
+    assert st["inactive_split.all.current"] == base["inactive_split.all.current"]
+    torch.neuron.empty_cache()
+    assert torch.neuron.memory_stats(1)["reserved_bytes.all.current"] == base["reserved_bytes.all.current"]

@@ -2,37 +2,27 @@
 
 #include "aten/Common.h"
 #include "aten/Launch.h"
+#include "core/Config.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty_strided.h>
-#include <c10/util/env.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 namespace torchneuron {
 namespace {
 
 std::atomic<bool>& enabledFlag() {
-  static std::atomic<bool> flag([] {
-    const char* v = std::getenv("TORCHNEURON_GENERIC_ASYNC");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }());
+  static std::atomic<bool> flag(backendConfig().generic_async);
   return flag;
 }
 
 // Below this many written elements the synchronous path is cheaper: the
-// Meta validation costs tens of microseconds (many Meta kernels are Python).
-int64_t minNumel() {
-  static const int64_t v = [] {
-    const char* e = std::getenv("TORCHNEURON_GENERIC_ASYNC_MIN_NUMEL");
-    return e != nullptr ? std::max<int64_t>(0, std::atoll(e)) : int64_t{1} << 18;
-  }();
-  return v;
-}
+// Meta validation costs tens of microseconds or more (many Meta kernels are
+// Python).
+int64_t minNumel() { return backendConfig().generic_async_min_numel; }
 
 bool isWrite(const c10::Argument& a) {
   return a.alias_info() != nullptr && a.alias_info()->isWrite();

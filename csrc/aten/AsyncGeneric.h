@@ -18,12 +18,11 @@ class OperatorHandle;
 
 namespace torchneuron {
 
-// Whether the asynchronous generic path is enabled (TORCHNEURON_GENERIC_ASYNC=1;
-// off by default: with PyTorch's Python Meta kernels the validation costs
-// 0.2-1 ms per op, more than the synchronous path saves on a 2-core host;
-// also settable at run time). Ops writing fewer than
-// TORCHNEURON_GENERIC_ASYNC_MIN_NUMEL elements (default 262144) stay
-// synchronous, where the host-side Meta validation would cost more than it saves.
+// Whether the asynchronous generic path is enabled (core/Config.h:
+// TORCHNEURON_GENERIC_ASYNC=1; off by default: with PyTorch's Python Meta
+// kernels the validation costs 0.2-1 ms per op, more than the synchronous path
+// saves on a 2-core host; also settable at run time). Ops writing fewer than
+// TORCHNEURON_GENERIC_ASYNC_MIN_NUMEL elements stay synchronous.
 bool genericAsyncEnabled();
 void setGenericAsyncEnabled(bool enabled);
 
