@@ -96,5 +96,4 @@ class CMakeBuild(build_ext):
 setup(
     ext_modules=[CMakeExtension(f"{PACKAGE}._C")],
     cmdclass={"build_ext": CMakeBuild},
-    package_data={PACKAGE: ["lib/*.so", "_C*.so"]},
 )
