@@ -2,7 +2,8 @@
 #   make demo   set up, build, run the main job
 #   make test   set up, build, run every test (runtime suites also under
 #               ASan+UBSan and TSan; the Python suites on the neuron device)
-# Other targets: build, bench, python-tests, runtime-tests, sanitize, clean.
+# Other targets: build, bench, bench-py, python-tests, runtime-tests,
+# runtime-demo, sanitize, clean.
 
 VENV ?= $(HOME)/.cache/torchneuron/venv
 PYTHON := $(VENV)/bin/python
@@ -10,8 +11,8 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 BACKEND := $(wildcard setup.py)
 
-.PHONY: all demo test build bench deps venv runtime-tests sanitize asan tsan \
-        backend python-tests clean
+.PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
+        asan tsan backend python-tests clean
 
 all: build
 
@@ -61,8 +62,16 @@ test: runtime-tests sanitize python-tests
 bench: build
 	./build/bench/runtime_bench
 
-demo: build
+bench-py: backend
+	$(PYTHON) bench/bench_small_ops.py
+	$(PYTHON) bench/bench_train_step.py
+
+runtime-demo: build
 	./build/examples/runtime_demo
+
+# The main job: a small GPT trained on neuron and on CPU, compared step by step.
+demo: backend
+	$(PYTHON) examples/train_gpt.py
 
 clean:
 	rm -rf build build-asan build-tsan
