@@ -155,7 +155,7 @@ void deviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  recordOp("aten::_copy_from", OpPath::Native);
+  NEURON_RECORD_OP("aten::_copy_from", Native);
   TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
   if (dst.numel() == 0) return dst;
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
@@ -175,7 +175,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  recordOp("aten::_copy_from_and_resize", OpPath::Native);
+  NEURON_RECORD_OP("aten::_copy_from_and_resize", Native);
   if (dst.sizes() != self.sizes()) {
     dst.resize_(self.sizes());
   }
@@ -183,7 +183,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  recordOp("aten::_local_scalar_dense", OpPath::Native);
+  NEURON_RECORD_OP("aten::_local_scalar_dense", Native);
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
   c10::DeviceGuard guard(self.device());

@@ -13,7 +13,7 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                   std::optional<bool> train) {
-  recordOp("aten::native_dropout", OpPath::Native);
+  NEURON_RECORD_OP("aten::native_dropout", Native);
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
   if (input.numel() == 0 || (train.has_value() && !*train)) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};

@@ -12,7 +12,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory,
                                std::optional<at::MemoryFormat> memory_format) {
-  recordOp("aten::empty.memory_format", OpPath::Native);
+  NEURON_RECORD_OP("aten::empty.memory_format", Native);
   const auto dev = device.value_or(c10::Device(kNeuron));
   c10::OptionalDeviceGuard guard(dev);
   lazyInit();
@@ -25,7 +25,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory) {
-  recordOp("aten::empty_strided", OpPath::Native);
+  NEURON_RECORD_OP("aten::empty_strided", Native);
   const auto dev = device.value_or(c10::Device(kNeuron));
   c10::OptionalDeviceGuard guard(dev);
   lazyInit();

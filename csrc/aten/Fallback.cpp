@@ -33,6 +33,8 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <sstream>
 
 namespace torchneuron {
@@ -58,6 +60,26 @@ c10::DataPtr takeDeviceData(c10::StorageImpl* cpu_storage, c10::DeviceIndex devi
   cpu_storage->set_nbytes(0);
   dp.unsafe_set_device(c10::Device(kNeuron, device));
   return dp;
+}
+
+// Name and counters of an operator, cached by its schema's address.
+struct OpInfo {
+  std::string name;
+  OpCounters* counters;
+};
+
+const OpInfo& opInfo(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static auto* cache = new ska::flat_hash_map<const void*, std::unique_ptr<OpInfo>>();
+  const void* key = &op.schema();
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = (*cache)[key];
+  if (!slot) {
+    std::string name = fullName(op.schema().operator_name());
+    OpCounters* counters = opCounters(name);
+    slot = std::make_unique<OpInfo>(OpInfo{std::move(name), counters});
+  }
+  return *slot;
 }
 
 std::atomic<int64_t> g_fresh_output_copies{0};
@@ -177,7 +199,8 @@ void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                 const c10::OperatorHandle* target, const StackAdjust& adjust) {
   const auto& schema = op.schema();
-  const std::string name = fullName(schema.operator_name());
+  const OpInfo& info = opInfo(op);
+  const std::string& name = info.name;
 
   const auto& arguments = schema.arguments();
   const size_t num_args = arguments.size();
@@ -258,10 +281,10 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   if (!originals.empty() &&
       tryEnqueueGeneric(op, stack, begin, originals, st.device, name.c_str())) {
-    recordOp(name, OpPath::GenericAsync);
+    recordOp(info.counters, OpPath::GenericAsync);
     return;
   }
-  recordOp(name, OpPath::Fallback);
+  recordOp(info.counters, OpPath::Fallback);
 
   // Synchronous: queued work on the current stream must finish before the
   // host touches the memory.

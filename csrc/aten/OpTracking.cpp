@@ -1,6 +1,6 @@
 #include "aten/OpTracking.h"
 
-#include <atomic>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 
@@ -9,8 +9,9 @@ namespace {
 
 std::atomic<bool> g_enabled{true};
 std::mutex g_mutex;
-std::unordered_map<std::string, OpRecord>& table() {
-  static auto* t = new std::unordered_map<std::string, OpRecord>();
+// Never destroyed: counters are referenced from static locals.
+std::unordered_map<std::string, std::unique_ptr<OpCounters>>& table() {
+  static auto* t = new std::unordered_map<std::string, std::unique_ptr<OpCounters>>();
   return *t;
 }
 
@@ -26,34 +27,41 @@ const char* opPathName(OpPath path) {
   return "unknown";
 }
 
-void recordOp(const std::string& op, OpPath path) {
-  if (!g_enabled.load(std::memory_order_relaxed)) return;
+OpCounters* opCounters(const std::string& op) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto& rec = table()[op];
-  switch (path) {
-    case OpPath::Native: ++rec.native; break;
-    case OpPath::Async: ++rec.async; break;
-    case OpPath::Fallback: ++rec.fallback; break;
-    case OpPath::GenericAsync: ++rec.fallback_async; break;
-  }
+  auto& slot = table()[op];
+  if (!slot) slot = std::make_unique<OpCounters>();
+  return slot.get();
 }
 
-void recordOp(const char* op, OpPath path) {
-  if (!g_enabled.load(std::memory_order_relaxed)) return;
-  recordOp(std::string(op), path);
+bool opTrackingEnabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+void recordOp(const std::string& op, OpPath path) {
+  if (!opTrackingEnabled()) return;
+  recordOp(opCounters(op), path);
 }
 
 std::map<std::string, OpRecord> executedOps() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  return std::map<std::string, OpRecord>(table().begin(), table().end());
+  std::map<std::string, OpRecord> out;
+  for (const auto& [name, c] : table()) {
+    OpRecord r;
+    r.native = c->count[0].load();
+    r.async = c->count[1].load();
+    r.fallback = c->count[2].load();
+    r.fallback_async = c->count[3].load();
+    if (r.native + r.async + r.fallback + r.fallback_async > 0) out.emplace(name, r);
+  }
+  return out;
 }
 
 void clearOpTracking() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  table().clear();
+  for (auto& [name, c] : table()) {
+    for (auto& n : c->count) n.store(0);
+  }
 }
 
 void setOpTrackingEnabled(bool enabled) { g_enabled.store(enabled); }
-bool opTrackingEnabled() { return g_enabled.load(); }
 
 }  // namespace torchneuron

@@ -1,12 +1,13 @@
 // Which execution path each operator took on the neuron device:
-//   native   a dedicated kernel of this backend (factories, views, copies)
-//   async    a fast kernel enqueued on the current stream
-//   fallback the generic path (the op's CPU kernel run on device memory),
-//            synchronously
+//   native          a dedicated kernel of this backend (factories, views, copies)
+//   async           a dedicated fast kernel queued on the current stream
+//   fallback        the generic path (the op's CPU kernel run on device memory),
+//                   synchronously
 //   fallback_async  the generic path queued on the current stream
 // Exposed to Python as torchneuron.get_executed_ops()/get_fallback_ops().
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -17,9 +18,27 @@ enum class OpPath : int { Native = 0, Async = 1, Fallback = 2, GenericAsync = 3 
 
 const char* opPathName(OpPath path);
 
-// Counts one execution of `op` (e.g. "aten::add.Tensor") on `path`.
+// Per-op counters; the pointer stays valid for the life of the process, so
+// hot kernels look it up once (static local) and count with one atomic add.
+struct OpCounters {
+  std::atomic<int64_t> count[4] = {0, 0, 0, 0};
+};
+OpCounters* opCounters(const std::string& op);
+
+bool opTrackingEnabled();
+inline void recordOp(OpCounters* counters, OpPath path) {
+  if (!opTrackingEnabled()) return;
+  counters->count[static_cast<int>(path)].fetch_add(1, std::memory_order_relaxed);
+}
+// Convenience for cold paths (looks the op up by name).
 void recordOp(const std::string& op, OpPath path);
-void recordOp(const char* op, OpPath path);
+
+// Counts one execution at a call site of a fixed op: NEURON_RECORD_OP("aten::x", Native).
+#define NEURON_RECORD_OP(NAME, PATH)                                             \
+  do {                                                                           \
+    static ::torchneuron::OpCounters* _neuron_counters = ::torchneuron::opCounters(NAME); \
+    ::torchneuron::recordOp(_neuron_counters, ::torchneuron::OpPath::PATH);      \
+  } while (0)
 
 struct OpRecord {
   int64_t native = 0;
@@ -32,6 +51,5 @@ struct OpRecord {
 std::map<std::string, OpRecord> executedOps();
 void clearOpTracking();
 void setOpTrackingEnabled(bool enabled);
-bool opTrackingEnabled();
 
 }  // namespace torchneuron

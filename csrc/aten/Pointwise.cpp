@@ -9,33 +9,35 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/result_type.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 namespace torchneuron {
 namespace {
 
-// What a kernel needs to rebuild a tensor on the executor.
-struct TensorRef {
+// What a kernel needs to rebuild an operand on the executor. Device operands
+// are raw pointers plus geometry (the closure must own no device memory).
+struct Operand {
   void* data = nullptr;  // first element (storage offset applied)
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
+  at::DimVector sizes;
+  at::DimVector strides;
   at::ScalarType dtype = at::kFloat;
   at::Tensor host;  // a CPU scalar operand, kept as is
 
-  static TensorRef of(const at::Tensor& t) {
-    TensorRef r;
+  static Operand of(const at::Tensor& t) {
+    Operand r;
     if (t.device().is_cpu()) {
       r.host = t;
       return r;
     }
     r.data = t.data_ptr();
-    r.sizes = t.sizes().vec();
-    r.strides = t.strides().vec();
+    r.sizes = at::DimVector(t.sizes());
+    r.strides = at::DimVector(t.strides());
     r.dtype = t.scalar_type();
     return r;
   }
@@ -82,9 +84,8 @@ at::Tensor allocateOutput(c10::IntArrayRef shape, at::ScalarType dtype, const at
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
              const at::Tensor& b, const at::Scalar& alpha) {
   auto stream = getCurrentStream(out.device().index());
-  TensorRef ro = TensorRef::of(out), ra = TensorRef::of(a), rb = TensorRef::of(b);
-  launchOnStream(stream, name, [kind, ro = std::move(ro), ra = std::move(ra),
-                                rb = std::move(rb), alpha]() {
+  launchOnStream(stream, name, [kind, ro = Operand::of(out), ra = Operand::of(a),
+                                rb = Operand::of(b), alpha]() {
     at::Tensor o = ro.cpu();
     if (kind == Kind::Add) {
       at::cpu::add_out(o, ra.cpu(), rb.cpu(), alpha);
@@ -94,80 +95,140 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
   });
 }
 
-// Tries the fast path; returns false when the generic path must run.
-// mode: 0 functional, 1 in-place (out = self), 2 out= (out given).
-bool tryFast(Kind kind, const char* name, const at::Tensor& self, const at::Tensor& other,
-             const at::Scalar& alpha, int mode, const at::Tensor* out_arg, at::Tensor* result) {
-  if (!isNeuron(self)) return false;
+enum class Mode { Functional, InPlace, Out };
+
+// Tries the fast path; returns an undefined tensor when the generic path
+// must run.
+at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at::Tensor& other,
+                   const at::Scalar& alpha, Mode mode, const at::Tensor* out_arg) {
+  if (!isNeuron(self)) return {};
   const c10::Device device = self.device();
-  if (!usableOperand(self, device) || !usableOperand(other, device)) return false;
-  if (self.scalar_type() == at::kBool && kind == Kind::Add) return false;
+  if (!usableOperand(self, device) || !usableOperand(other, device)) return {};
+  if (self.scalar_type() == at::kBool && kind == Kind::Add) return {};
   at::ScalarType rtype;
-  std::vector<int64_t> shape;
+  at::DimVector shape;
   try {
     rtype = at::result_type(self, other);
-    shape = at::infer_size(self.sizes(), other.sizes());
+    shape = at::infer_size_dimvector(self.sizes(), other.sizes());
   } catch (const c10::Error&) {
-    return false;
+    return {};
   }
-  if (kind == Kind::Add && !alphaIsSimple(alpha, rtype)) return false;
+  if (kind == Kind::Add && !alphaIsSimple(alpha, rtype)) return {};
   at::Tensor out;
-  if (mode == 0) {
+  if (mode == Mode::Functional) {
     c10::DeviceGuard guard(device);
     out = allocateOutput(shape, rtype, self, other);
   } else {
-    out = mode == 1 ? self : *out_arg;
+    out = mode == Mode::InPlace ? self : *out_arg;
     if (!isNeuron(out) || out.device() != device || out.sizes() != c10::IntArrayRef(shape)) {
-      return false;
+      return {};
     }
-    if (out.is_conj() || out.is_neg()) return false;
-    if (!at::canCast(rtype, out.scalar_type())) return false;
-    if (at::has_internal_overlap(out) != at::MemOverlap::No) return false;
+    if (out.is_conj() || out.is_neg()) return {};
+    if (!at::canCast(rtype, out.scalar_type())) return {};
+    if (at::has_internal_overlap(out) != at::MemOverlap::No) return {};
     for (const at::Tensor* in : {&self, &other}) {
       if (isNeuron(*in) && at::get_overlap_status(out, *in) == at::MemOverlapStatus::Partial) {
-        return false;
+        return {};
       }
     }
   }
-  recordOp(name, OpPath::Async);
   if (out.numel() > 0) {
     c10::DeviceGuard guard(device);
     enqueue(kind, name, out, self, other, alpha);
   }
-  *result = out;
-  return true;
+  return out;
 }
 
-// Boxed kernels: one per schema shape, falling back to the generic path.
-template <Kind kind, int mode>
-void boxedKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  const size_t n = schema.arguments().size();
-  const size_t begin = stack->size() - n;
-  const at::Tensor& self = (*stack)[begin].toTensor();
-  const at::Tensor& other = (*stack)[begin + 1].toTensor();
-  at::Scalar alpha = 1;
-  if (kind == Kind::Add) alpha = (*stack)[begin + 2].toScalar();
-  const at::Tensor* out_arg = mode == 2 ? &(*stack)[stack->size() - 1].toTensor() : nullptr;
-  static const std::string name = fullName(schema.operator_name());
-  at::Tensor result;
-  if (!tryFast(kind, name.c_str(), self, other, alpha, mode, out_arg, &result)) {
-    genericFallback(op, stack);
-    return;
+// The generic path for an unboxed call: box the arguments and run it.
+const c10::OperatorHandle& handle(const char* name, const char* overload) {
+  return *new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
+}
+
+at::Tensor viaGeneric(const c10::OperatorHandle& op, torch::jit::Stack stack) {
+  genericFallback(op, &stack);
+  return stack.back().toTensor();
+}
+
+#define NEURON_FAST_COUNTERS(NAME)                          \
+  static OpCounters* counters = opCounters(NAME);           \
+  static const char* const kName = NAME
+
+at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  NEURON_FAST_COUNTERS("aten::add.Tensor");
+  at::Tensor r = tryFast(Kind::Add, kName, self, other, alpha, Mode::Functional, nullptr);
+  if (r.defined()) {
+    recordOp(counters, OpPath::Async);
+    return r;
   }
-  torch::jit::drop(*stack, n);
-  torch::jit::push(*stack, std::move(result));
+  static const auto& op = handle("aten::add", "Tensor");
+  return viaGeneric(op, {self, other, alpha});
+}
+
+at::Tensor& add_inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  NEURON_FAST_COUNTERS("aten::add_.Tensor");
+  if (tryFast(Kind::Add, kName, self, other, alpha, Mode::InPlace, nullptr).defined()) {
+    recordOp(counters, OpPath::Async);
+    return self;
+  }
+  static const auto& op = handle("aten::add_", "Tensor");
+  viaGeneric(op, {self, other, alpha});
+  return self;
+}
+
+at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out) {
+  NEURON_FAST_COUNTERS("aten::add.out");
+  if (tryFast(Kind::Add, kName, self, other, alpha, Mode::Out, &out).defined()) {
+    recordOp(counters, OpPath::Async);
+    return out;
+  }
+  static const auto& op = handle("aten::add", "out");
+  viaGeneric(op, {self, other, alpha, out});
+  return out;
+}
+
+at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
+  NEURON_FAST_COUNTERS("aten::mul.Tensor");
+  at::Tensor r = tryFast(Kind::Mul, kName, self, other, 1, Mode::Functional, nullptr);
+  if (r.defined()) {
+    recordOp(counters, OpPath::Async);
+    return r;
+  }
+  static const auto& op = handle("aten::mul", "Tensor");
+  return viaGeneric(op, {self, other});
+}
+
+at::Tensor& mul_inplace(at::Tensor& self, const at::Tensor& other) {
+  NEURON_FAST_COUNTERS("aten::mul_.Tensor");
+  if (tryFast(Kind::Mul, kName, self, other, 1, Mode::InPlace, nullptr).defined()) {
+    recordOp(counters, OpPath::Async);
+    return self;
+  }
+  static const auto& op = handle("aten::mul_", "Tensor");
+  viaGeneric(op, {self, other});
+  return self;
+}
+
+at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  NEURON_FAST_COUNTERS("aten::mul.out");
+  if (tryFast(Kind::Mul, kName, self, other, 1, Mode::Out, &out).defined()) {
+    recordOp(counters, OpPath::Async);
+    return out;
+  }
+  static const auto& op = handle("aten::mul", "out");
+  viaGeneric(op, {self, other, out});
+  return out;
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", torch::CppFunction::makeFromBoxedFunction<&boxedKernel<Kind::Add, 0>>());
-  m.impl("add_.Tensor", torch::CppFunction::makeFromBoxedFunction<&boxedKernel<Kind::Add, 1>>());
-  m.impl("add.out", torch::CppFunction::makeFromBoxedFunction<&boxedKernel<Kind::Add, 2>>());
-  m.impl("mul.Tensor", torch::CppFunction::makeFromBoxedFunction<&boxedKernel<Kind::Mul, 0>>());
-  m.impl("mul_.Tensor", torch::CppFunction::makeFromBoxedFunction<&boxedKernel<Kind::Mul, 1>>());
-  m.impl("mul.out", torch::CppFunction::makeFromBoxedFunction<&boxedKernel<Kind::Mul, 2>>());
+  m.impl("add.Tensor", TORCH_FN(add_tensor));
+  m.impl("add_.Tensor", TORCH_FN(add_inplace));
+  m.impl("add.out", TORCH_FN(add_out));
+  m.impl("mul.Tensor", TORCH_FN(mul_tensor));
+  m.impl("mul_.Tensor", TORCH_FN(mul_inplace));
+  m.impl("mul.out", TORCH_FN(mul_out));
 }
 
 }  // namespace torchneuron

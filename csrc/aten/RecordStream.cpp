@@ -8,7 +8,7 @@ namespace torchneuron {
 namespace {
 
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  recordOp("aten::record_stream", OpPath::Native);
+  NEURON_RECORD_OP("aten::record_stream", Native);
   TORCH_CHECK(stream.device_type() == kNeuron, "record_stream: expected a neuron stream, got ",
               stream);
   getDeviceAllocator()->recordStream(self.storage().data_ptr(), stream);

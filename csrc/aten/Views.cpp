@@ -13,17 +13,17 @@ namespace {
 
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset) {
-  recordOp("aten::as_strided", OpPath::Native);
+  NEURON_RECORD_OP("aten::as_strided", Native);
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
-  recordOp("aten::view", OpPath::Native);
+  NEURON_RECORD_OP("aten::view", Native);
   return at::native::view(self, size);
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
-  recordOp("aten::_reshape_alias", OpPath::Native);
+  NEURON_RECORD_OP("aten::_reshape_alias", Native);
   return at::native::_reshape_alias(self, size, stride);
 }
 
@@ -41,7 +41,7 @@ void ensureStorageFits(const at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
-  recordOp("aten::resize_", OpPath::Native);
+  NEURON_RECORD_OP("aten::resize_", Native);
   c10::OptionalDeviceGuard guard(self.device());
   auto* impl = self.unsafeGetTensorImpl();
   at::native::resize_impl_cpu_(impl, size, /*stride=*/std::nullopt, /*resize_storage=*/false);
@@ -57,7 +57,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
 
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_offset,
                         c10::IntArrayRef size, c10::IntArrayRef stride) {
-  recordOp("aten::set_.source_Storage_storage_offset", OpPath::Native);
+  NEURON_RECORD_OP("aten::set_.source_Storage_storage_offset", Native);
   TORCH_CHECK(source.device_type() == kNeuron || source.nbytes() == 0 || !source.data(),
               "set_: expected a neuron storage, got a storage on ", source.device());
   at::native::checkSetStorage(self, source, storage_offset, size, stride);
@@ -71,20 +71,20 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t storage_o
 }
 
 at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
-  recordOp("aten::set_.source_Storage", OpPath::Native);
+  NEURON_RECORD_OP("aten::set_.source_Storage", Native);
   const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
   return set_storage(self, std::move(source), 0, {numel}, {});
 }
 
 at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
-  recordOp("aten::set_.source_Tensor", OpPath::Native);
+  NEURON_RECORD_OP("aten::set_.source_Tensor", Native);
   if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
   return set_storage(self, source.storage(), source.storage_offset(), source.sizes(),
                      source.strides());
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
-  recordOp("aten::set_", OpPath::Native);
+  NEURON_RECORD_OP("aten::set_", Native);
   c10::OptionalDeviceGuard guard(self.device());
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, getDeviceAllocator(),
                        /*resizable=*/true);
