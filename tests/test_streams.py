@@ -137,3 +137,30 @@ def test_torch_event_and_stream_generic_api():
     e.synchronize()
     s.synchronize()
     torch.testing.assert_close(x.cpu(), torch.full((4,), 2.0))
+
+
+def test_concurrent_threads_and_streams():
+    errors = []
+
+    def work(seed):
+        try:
+            g = torch.Generator().manual_seed(seed)
+            a = torch.randn(32, 32, generator=g)
+            x = a.to("neuron")
+            s = torch.neuron.Stream() if seed % 2 else None
+            ref = ((a @ a).tanh() * 2 + a).sum(0).softmax(0)
+            for _ in range(40):
+                with torch.neuron.stream(s):
+                    z = ((x @ x).tanh() * 2 + x).sum(0).softmax(0)
+                if not torch.allclose(z.cpu(), ref, atol=1e-5):
+                    errors.append(seed)
+                    return
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
