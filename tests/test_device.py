@@ -166,3 +166,15 @@ def test_unusable_runtime_is_reported_not_crashed(value, message):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("False 0")
     assert "ERROR" in r.stdout and message in r.stdout
+
+
+def test_visible_cores_select_devices():
+    r = run_python("""
+        import torch
+        p = torch.neuron.get_device_properties(0)
+        print(torch.neuron.device_count(), p.physical_core)
+        x = torch.ones(3, device='neuron:0') * 2
+        print(x.sum().item())
+    """, env={"NEURON_RT_NUM_CORES": "3", "NEURON_RT_VISIBLE_CORES": "2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "2", "6.0"]
