@@ -164,3 +164,17 @@ def test_concurrent_threads_and_streams():
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_module_level_stream_helpers():
+    side = torch.neuron.Stream()
+    with torch.neuron.stream(side):
+        torch.neuron._sleep(100_000)
+        x = torch.ones(8, device="neuron") * 3
+    torch.neuron.wait_stream(side)
+    y = x + 1  # ordered after side's work
+    ev = torch.neuron.record_event()
+    torch.neuron.wait_event(ev)
+    ev.synchronize()
+    assert torch.neuron.query()
+    torch.testing.assert_close(y.cpu(), torch.full((8,), 4.0))

@@ -141,3 +141,23 @@ class StreamContext:
 def stream(stream: Optional[torch.Stream]) -> StreamContext:
     """``with torch.neuron.stream(s):`` runs the block's device work on ``s``."""
     return StreamContext(stream)
+
+
+def wait_stream(stream: torch.Stream) -> None:
+    """Make the current stream wait for the work queued so far on ``stream``."""
+    current_stream().wait_stream(stream)
+
+
+def wait_event(event: torch.Event) -> None:
+    """Make the current stream wait for ``event``'s latest record."""
+    current_stream().wait_event(event)
+
+
+def record_event(event: Optional[torch.Event] = None) -> torch.Event:
+    """Record an event (a new one if None) on the current stream and return it."""
+    return current_stream().record_event(event)
+
+
+def query(device: Any = None) -> bool:
+    """Whether all work queued on the current stream of a device has completed."""
+    return current_stream(device).query()

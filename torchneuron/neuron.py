@@ -59,8 +59,12 @@ from ._streams import (  # noqa: F401
     StreamContext,
     current_stream,
     default_stream,
+    query,
+    record_event,
     set_stream,
     stream,
+    wait_event,
+    wait_stream,
 )
 
 
@@ -84,5 +88,6 @@ __all__ = [
     "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
     "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
-    "set_stream", "stream", "synchronize",
+    "set_stream", "stream", "synchronize", "query", "record_event", "wait_event",
+    "wait_stream",
 ]
