@@ -327,3 +327,12 @@ def test_recurrent_layers_match_cpu(cls, bias):
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
     for p, pd in zip(m.parameters(), md.parameters()):
         torch.testing.assert_close(pd.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_scalar_operands_are_read_at_launch():
+    x = torch.ones(4).to("neuron")
+    s = torch.tensor(2.0)
+    torch.neuron._sleep(100_000)  # the kernel runs after the host moved on
+    y = x * s
+    s.fill_(5.0)
+    assert_same(y, torch.full((4,), 2.0))

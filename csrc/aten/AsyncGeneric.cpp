@@ -142,8 +142,17 @@ bool tryEnqueueGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   }
 
   // Queue the CPU kernel over the aliases; the closure owns no device memory.
+  // CPU scalar tensors are snapshotted: their value at launch time counts.
   std::vector<c10::IValue> args((*stack).begin() + static_cast<std::ptrdiff_t>(begin),
                                 (*stack).end());
+  for (size_t i = 0; i < n; ++i) {
+    if (!originals[i].isTensor()) continue;
+    const at::Tensor& o = originals[i].toTensor();
+    if (o.defined() && o.device().is_cpu() && !o.unsafeGetTensorImpl()->is_wrapped_number()) {
+      args[i] = o.clone();
+    }
+  }
+
   launchOnStream(getCurrentStream(device), name, [op, args = std::move(args)]() mutable {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     torch::jit::Stack s(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));

@@ -32,7 +32,10 @@ struct Operand {
   static Operand of(const at::Tensor& t) {
     Operand r;
     if (t.device().is_cpu()) {
-      r.host = t;
+      // A CPU scalar is read at launch time, like CUDA kernel arguments: a
+      // user tensor is snapshotted (wrapped numbers are the binding's own
+      // temporaries).
+      r.host = t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
       return r;
     }
     r.data = t.data_ptr();
