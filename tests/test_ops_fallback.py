@@ -336,3 +336,16 @@ def test_cpu_scalar_operands_are_read_at_launch():
     y = x * s
     s.fill_(5.0)
     assert_same(y, torch.full((4,), 2.0))
+
+
+def test_async_kernel_failure_surfaces_at_the_next_sync(generic_async):
+    x = torch.randn(600, 600).to("neuron")
+    idx = torch.arange(500)
+    idx[-1] = 10_000  # out of range: only the kernel can tell
+    out = torch.empty(500, 600, device="neuron")  # large enough for the async path
+    torch.index_select(x, 0, idx.to("neuron"), out=out)  # validated by Meta, queued
+    with pytest.raises(RuntimeError, match="index_select"):
+        torch.neuron.synchronize()
+    # the error is reported once and the stream stays usable
+    torch.neuron.synchronize()
+    assert_same(x[:2] * 1, x.cpu()[:2])
