@@ -25,8 +25,20 @@ std::string describeStatus(nrtStatus status) {
 }
 
 void throwRuntimeError(nrtStatus status, const char* expr, const char* file, int line) {
-  std::string msg = "neuron runtime call " + std::string(expr) + " failed with " +
-                    describeStatus(status) + " [" + file + ":" + std::to_string(line) + "]";
+  std::string call(expr);
+  call = call.substr(0, call.find('('));  // the runtime function's name
+  std::string msg;
+  if (status == NRT_ERROR_KERNEL_FAILED) {
+    const char* detail = nrtGetLastErrorMessage();
+    msg = "A neuron kernel failed: " +
+          std::string(detail != nullptr && detail[0] != '\0' ? detail : "(no message)") +
+          ". Kernels run asynchronously, so this was reported by " + call +
+          " and the failing op may be an earlier one; set NEURON_LAUNCH_BLOCKING=1 to raise "
+          "it at the op that launched it.";
+  } else {
+    msg = "neuron runtime call " + call + " failed with " + describeStatus(status);
+  }
+  msg += " [" + std::string(file) + ":" + std::to_string(line) + "]";
   if (status == NRT_ERROR_OUT_OF_MEMORY) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
   }
