@@ -93,6 +93,10 @@ class CMakeBuild(build_ext):
                 str(base / "lib" / "libneuron_runtime.so")]
 
 
+# The build places its libraries here; setuptools wants the package directory
+# (torchneuron.lib, declared in pyproject.toml) to exist from the start.
+(ROOT / PACKAGE / "lib").mkdir(exist_ok=True)
+
 setup(
     ext_modules=[CMakeExtension(f"{PACKAGE}._C")],
     cmdclass={"build_ext": CMakeBuild},
