@@ -2,8 +2,12 @@
 //
 // State layout matches CUDA's (what DTensor's OffsetBasedRNGTracker and
 // activation checkpointing rely on): 16 bytes, uint64 seed then int64 offset.
-// The offset counts Philox 128-bit blocks consumed; every random op reserves
-// a range of it (reserveOffset) so that set_offset/get_offset steer streams.
+// Random ops run PyTorch's CPU kernels on device memory: each one takes a CPU
+// generator seeded with Philox(seed, offset) and advances the offset by 4
+// (reserveOffset), so every draw is a pure function of (seed, offset) and
+// set_offset/get_offset/set_state steer it. The values therefore differ from
+// CUDA's Philox streams (and from CPU's); a native Philox kernel for the hot
+// distributions is future work.
 #pragma once
 
 #include <ATen/core/Generator.h>
