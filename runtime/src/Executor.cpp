@@ -87,7 +87,12 @@ void Executor::attach(Stream* s, nrtStream_t handle, int priority) {
 
 void Executor::detach(Stream* s) {
   wait(s);
-  std::lock_guard<std::mutex> lk(mu_);
+  std::unique_lock<std::mutex> lk(mu_);
+  // The worker counts a task done before its last look at the stream; the
+  // stream object is reused after this, so wait until no worker holds it.
+  doneWaiters_.fetch_add(1);
+  while (s->state == Stream::kRunning) doneCv_.wait_for(lk, std::chrono::milliseconds(1));
+  doneWaiters_.fetch_sub(1);
   for (auto& p : streams_) {
     if (p == s) {
       p = streams_.back();
@@ -118,9 +123,8 @@ Stream* Executor::popReadyLocked() {
 }
 
 void Executor::completeOneLocked(Stream* s) {
-  s->completed.store(s->completed.load(std::memory_order_relaxed) + 1,
-                     std::memory_order_release);
-  if (doneWaiters_) doneCv_.notify_all();
+  s->completed.fetch_add(1);
+  if (doneWaiters_.load() > 0) doneCv_.notify_all();
 }
 
 void Executor::enqueue(Stream* s, Task&& t) {
@@ -145,6 +149,8 @@ void Executor::resume(Stream* s) {
 }
 
 void Executor::workerLoop() {
+  std::vector<Task> batch;
+  batch.reserve(kBatch);
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     Stream* s = popReadyLocked();
@@ -165,34 +171,63 @@ void Executor::workerLoop() {
         continue;
       }
     }
-    Task t = std::move(s->queue.front());
-    s->queue.pop_front();
+    // Take up to kBatch tasks at once: one lock round trip per batch, not
+    // per task, keeps the host thread's enqueues from contending with us.
+    batch.clear();
+    while (!s->queue.empty() && batch.size() < kBatch) {
+      batch.push_back(std::move(s->queue.front()));
+      s->queue.pop_front();
+    }
     s->state = Stream::kRunning;
-    // Failures queued before a record travel with the event.
-    KernelErrorPtr errorBefore = t.kind == Task::kRecord ? s->error : nullptr;
+    KernelErrorPtr errorBefore = s->error;  // failures queued before this batch
     nrtStream_t handle = s->handle;
     lk.unlock();
 
-    KernelErrorPtr failure;
     bool park = false;
-    switch (t.kind) {
-      case Task::kKernel: failure = runKernel(t, handle); break;
-      case Task::kRecord: t.event->complete(t.generation, std::move(errorBefore)); break;
-      case Task::kWait: park = t.event->parkUntil(t.generation, s); break;
+    size_t ran = 0;
+    for (; ran < batch.size() && !park; ++ran) {
+      Task& t = batch[ran];
+      switch (t.kind) {
+        case Task::kKernel:
+          if (KernelErrorPtr failure = runKernel(t, handle)) {
+            // Recorded before the task counts as done, so a query that sees
+            // the stream finished also sees the failure.
+            std::lock_guard<std::mutex> g(mu_);
+            if (!s->error || s->error->reported.load()) s->error = failure;
+            errorBefore = failure;
+          }
+          break;
+        case Task::kRecord: t.event->complete(t.generation, errorBefore); break;
+        case Task::kWait: park = t.event->parkUntil(t.generation, s); break;
+      }
+      // A parked wait counts as completed only once the stream resumes.
+      if (!park) {
+        // seq_cst on both sides (here and in wait()) so that either we see
+        // the waiter or the waiter sees the new count.
+        s->completed.fetch_add(1);
+        if (doneWaiters_.load() > 0) notifyDone();
+      }
     }
 
     lk.lock();
-    if (failure && (!s->error || s->error->reported.load())) s->error = std::move(failure);
+    // Work behind a parked wait goes back to the front of the queue.
+    for (size_t j = batch.size(); j > ran; --j) s->queue.push_front(std::move(batch[j - 1]));
     if (park && !s->resumeRequested) {
-      // The wait task counts as completed only once the stream resumes.
       s->state = Stream::kParked;
     } else {
+      if (park) completeOneLocked(s);  // resumed while we were still running
       s->resumeRequested = false;
-      completeOneLocked(s);
       if (s->queue.empty()) s->state = Stream::kIdle;
       else makeReadyLocked(s);
     }
+    if (doneWaiters_.load() > 0) doneCv_.notify_all();
   }
+}
+
+void Executor::notifyDone() {
+  // Taking the lock orders this wake-up after a waiter's predicate check.
+  { std::lock_guard<std::mutex> lk(mu_); }
+  doneCv_.notify_all();
 }
 
 bool Executor::idle(Stream* s) {
@@ -208,9 +243,10 @@ void Executor::wait(Stream* s) {
   }
   if (spinUntil([&] { return s->completed.load(std::memory_order_acquire) >= target; })) return;
   std::unique_lock<std::mutex> lk(mu_);
-  doneWaiters_++;
-  doneCv_.wait(lk, [&] { return s->completed.load(std::memory_order_relaxed) >= target; });
-  doneWaiters_--;
+  doneWaiters_.fetch_add(1);  // seq_cst: pairs with the worker's increment of completed
+  // The timeout only bounds the cost of a missed wake-up; it never decides.
+  while (s->completed.load() < target) doneCv_.wait_for(lk, std::chrono::milliseconds(2));
+  doneWaiters_.fetch_sub(1);
 }
 
 nrtStatus Executor::takeError(Stream* s) {

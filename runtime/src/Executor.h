@@ -23,6 +23,7 @@ namespace nrt {
 class Executor {
  public:
   static constexpr int kLevels = 3;  // priorities 0, -1, -2
+  static constexpr size_t kBatch = 32;  // tasks a worker takes per lock round trip
 
   Executor(int device, int threads);
   Executor(const Executor&) = delete;
@@ -61,6 +62,7 @@ class Executor {
   Stream* popReadyLocked();
   void makeReadyLocked(Stream* s);
   void completeOneLocked(Stream* s);
+  void notifyDone();
 
   const int device_;
   const int threads_;
@@ -71,7 +73,7 @@ class Executor {
   std::atomic<size_t> readyCount_{0};  // lets idle workers spin without the lock
   std::atomic<bool> spinning_{false};  // one idle worker polls, the rest sleep
   int sleepingWorkers_ = 0;
-  int doneWaiters_ = 0;
+  std::atomic<int> doneWaiters_{0};  // read by workers without the lock
   std::vector<Stream*> streams_;
   std::vector<std::thread> workers_;
 };

@@ -67,14 +67,28 @@ class HandleTable {
     return s.obj.get();
   }
 
-  // Retires a live handle; its slot may be reused. False if not live.
-  bool destroy(uint64_t handle) {
+  // Retires a live handle: lookups fail from now on. Then runs drain(obj)
+  // (without the table lock; it may block) and only after it returns makes
+  // the slot reusable, so a new object never shares it with pending work.
+  // False if the handle is not live.
+  template <class Drain>
+  bool destroy(uint64_t handle, Drain&& drain) {
+    T* obj;
+    uint32_t index;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      obj = lookup(handle);
+      if (!obj) return false;
+      index = static_cast<uint32_t>(handle) - 1;
+      slot(index).handle.store(0, std::memory_order_release);
+    }
+    drain(*obj);
     std::lock_guard<std::mutex> lk(mu_);
-    if (!lookup(handle)) return false;
-    uint32_t index = static_cast<uint32_t>(handle) - 1;
-    slot(index).handle.store(0, std::memory_order_release);
     free_.push_back(index);
     return true;
+  }
+  bool destroy(uint64_t handle) {
+    return destroy(handle, [](T&) {});
   }
 
  private:

@@ -31,7 +31,7 @@ struct Stream {
   State state = kIdle;
   bool resumeRequested = false;  // an event completed while we were running
   uint64_t enqueued = 0;
-  std::atomic<uint64_t> completed{0};  // written under the mutex, read anywhere
+  std::atomic<uint64_t> completed{0};  // tasks done; the running worker or resume() adds
   KernelErrorPtr error;                // first unreported kernel failure
 };
 

@@ -50,10 +50,10 @@ nrtStatus nrtStreamDestroy(nrtStream_t stream) {
   Device* d = rt->device(s->device, &st);
   if (d && d->defaultStream == stream)
     return fail(NRT_ERROR_INVALID_HANDLE, "the default stream of a device cannot be destroyed");
-  // Retire the handle first so no new work arrives, then drain.
-  if (!rt->streams().destroy(stream))
+  // Retire the handle first so no new work arrives, then drain; the slot is
+  // reused only after that.
+  if (!rt->streams().destroy(stream, [](Stream& st) { st.executor->detach(&st); }))
     return fail(NRT_ERROR_INVALID_HANDLE, "stream was destroyed concurrently");
-  s->executor->detach(s);
   return NRT_SUCCESS;
 }
 
