@@ -77,8 +77,16 @@ OPS = {
 }
 
 
+@pytest.fixture(params=["async", "sync"])
+def generic_path(request):
+    """Runs a test on each generic path: queued on the stream, and synchronous."""
+    torchneuron._C._set_async_path(request.param == "async")
+    yield request.param
+    torchneuron._C._set_async_path(True)
+
+
 @pytest.mark.parametrize("name", sorted(OPS))
-def test_op_matches_cpu(name):
+def test_op_matches_cpu(name, generic_path):
     fn = OPS[name]
     cpu_in = _inputs()
     dev_in = {k: v.to("neuron") for k, v in cpu_in.items()}
@@ -90,14 +98,20 @@ def test_op_matches_cpu(name):
         assert_same(tuple(got), tuple(expected))
 
 
-def test_generic_path_runs_on_device_memory_and_is_tracked():
+def test_generic_path_runs_on_device_memory_and_is_tracked(generic_path):
     torchneuron.clear_op_tracking()
     cpu = torch.randn(4, 4)
     x = cpu.to("neuron")
     y = x.sin()
     assert_same(y, cpu.sin())
     fallback = torchneuron.get_fallback_ops()
-    assert any(op.startswith("aten::sin") for op in fallback)
+    paths = torchneuron._C._executed_ops()
+    if generic_path == "sync":
+        assert any(op.startswith("aten::sin") for op in fallback)
+    else:
+        # sin's out= overload runs on the executor; nothing waited.
+        assert not any(op.startswith("aten::sin") for op in fallback)
+        assert any(op.startswith("aten::sin") and rec["async"] == 1 for op, rec in paths.items())
     executed = torchneuron.get_executed_ops()
     assert executed["aten::_copy_from"] >= 2  # to and from the device
     torchneuron.clear_op_tracking()

@@ -78,6 +78,10 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
 // How many generic-path outputs had to be copied (not adopted zero-copy).
 int64_t freshOutputCopies();
+// Routes ops that CPU runs with a kernel of its own (and PyTorch would
+// otherwise decompose for neuron) to the generic path; idempotent. Called once
+// the backend's static registrations are done (CpuParity.cpp).
+void registerCpuParityKernels();
 
 // Copies a CPU tensor into a new tensor on a neuron device (same sizes and,
 // for dense tensors, the same strides).

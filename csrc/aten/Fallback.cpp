@@ -20,6 +20,7 @@
 // Outputs allocated elsewhere (another thread, a foreign allocator) are
 // copied; freshOutputCopies() counts those copies.
 #include "aten/Common.h"
+#include "aten/AsyncPath.h"
 
 #include "aten/AllocationRedirect.h"
 #include "aten/AsyncGeneric.h"
@@ -239,6 +240,10 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (target == nullptr && !has_device_arg) {
     originals.assign(stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
   }
+
+  // Most ops can run asynchronously in stream order; the rest run here.
+  if (target == nullptr && tryAsyncPath(op, stack, st.device)) return;
+  recordOp(name, OpPath::Fallback);
 
   // Pass 2: replace arguments.
   for (size_t i = 0; i < num_args; ++i) {

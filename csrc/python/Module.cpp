@@ -2,6 +2,8 @@
 // that can be reached through torch itself (streams, events, memory stats,
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncGeneric.h"
+#include "aten/AsyncPath.h"
+#include "aten/Common.h"
 #include "aten/OpTracking.h"
 
 namespace torchneuron {
@@ -64,6 +66,8 @@ py::dict pyExecutedOps() {
 }  // namespace torchneuron
 
 PYBIND11_MODULE(_C, m) {
+  // All static registrations of the backend are done by now.
+  torchneuron::registerCpuParityKernels();
   using namespace torchneuron;
   m.doc() = "torchneuron backend bindings";
   m.def("_init", [] { lazyInit(); });
@@ -109,6 +113,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_generic_async_enabled", [] { return genericAsyncEnabled(); });
   m.def("_set_generic_async", [](bool on) { setGenericAsyncEnabled(on); });
   m.def("_clear_op_tracking", [] { clearOpTracking(); });
+  m.def("_set_async_path", [](bool on) { setAsyncPathEnabled(on); });
+  m.def("_async_path_enabled", [] { return asyncPathEnabled(); });
   m.def("_set_op_tracking", [](bool on) { setOpTrackingEnabled(on); });
   m.def("_is_pinned_ptr", [](uintptr_t p) {
     nrtPointerAttributes attr{};

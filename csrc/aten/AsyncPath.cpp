@@ -1,0 +1,576 @@
+// AsyncPath.cpp — see AsyncPath.h.
+//
+// An op is eligible when its schema says exactly what it writes: every
+// result is either a fresh Tensor or an alias of a written (a!) argument,
+// and no argument is a read-only alias (views stay native). For fresh
+// results we need the op's out= overload ("foo.out" / "foo.bar_out"), so
+// that the CPU kernel writes into device memory we allocated up front:
+//
+//   host:     args -> Meta tensors -> op on Meta (shapes, dtypes, strides and
+//             all argument checks) -> allocate device outputs -> enqueue
+//   executor: CPU tensors aliasing device memory -> out= (or in-place) CPU
+//             kernel
+//
+// Anything the Meta pass cannot settle (no Meta kernel, data-dependent
+// shapes, resized out= tensors, undefined results) returns false and the
+// synchronous path runs the op instead.
+#include "aten/AsyncPath.h"
+
+#include "aten/Common.h"
+#include "aten/Launch.h"
+#include "core/Generator.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/SmallVector.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+namespace torchneuron {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Per-operator plan, from the schema alone (computed once per operator).
+
+struct Plan {
+  bool eligible = false;
+  std::string name;                      // "aten::foo.bar", names the kernel
+  // The out= overload when some result is fresh; without one, the CPU
+  // kernel's fresh results are copied into the device outputs.
+  std::optional<c10::OperatorHandle> outOp;
+  std::vector<int> returnArg;            // per result: aliased written arg, -1 = fresh
+  std::vector<bool> writtenArg;          // per argument
+  std::vector<bool> generatorArg;        // per argument
+  size_t numFresh = 0;
+};
+
+bool isTensorLike(const c10::TypePtr& t) {
+  c10::TypePtr e = t;
+  if (auto opt = t->cast<c10::OptionalType>()) e = opt->getElementType();
+  if (e->kind() == c10::TypeKind::TensorType) return true;
+  if (auto list = e->cast<c10::ListType>()) {
+    c10::TypePtr el = list->getElementType();
+    if (auto o = el->cast<c10::OptionalType>()) el = o->getElementType();
+    return el->kind() == c10::TypeKind::TensorType;
+  }
+  return false;
+}
+
+bool isGenerator(const c10::TypePtr& t) {
+  c10::TypePtr e = t;
+  if (auto opt = t->cast<c10::OptionalType>()) e = opt->getElementType();
+  return e->kind() == c10::TypeKind::GeneratorType;
+}
+
+// The out= overload of a functional op ("foo.out" / "foo.bar_out"): the same
+// arguments followed by one written Tensor per result.
+std::optional<c10::OperatorHandle> findOutOverload(const c10::FunctionSchema& s, size_t numFresh) {
+  const std::string& overload = s.overload_name();
+  std::string outName = overload.empty() ? "out" : overload + "_out";
+  auto out = c10::Dispatcher::singleton().findOp({s.name(), outName});
+  if (!out) return std::nullopt;
+  const auto& args = s.arguments();
+  const auto& oargs = out->schema().arguments();
+  if (oargs.size() != args.size() + numFresh) return std::nullopt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (oargs[i].name() != args[i].name()) return std::nullopt;
+  }
+  for (size_t i = args.size(); i < oargs.size(); ++i) {
+    const c10::AliasInfo* ai = oargs[i].alias_info();
+    if (!ai || !ai->isWrite() || oargs[i].type()->kind() != c10::TypeKind::TensorType)
+      return std::nullopt;
+  }
+  return out;
+}
+
+Plan makePlan(const c10::OperatorHandle& op) {
+  Plan p;
+  const c10::FunctionSchema& s = op.schema();
+  p.name = fullName(s.operator_name());
+  if (s.is_vararg() || s.is_varret()) return p;
+  const auto& args = s.arguments();
+  bool anyWritten = false;
+  for (const auto& a : args) {
+    const c10::AliasInfo* ai = a.alias_info();
+    bool written = ai && ai->isWrite();
+    if (ai && !written) return p;  // a view of an argument
+    if (written && !isTensorLike(a.type())) return p;
+    anyWritten |= written;
+    p.writtenArg.push_back(written);
+    p.generatorArg.push_back(isGenerator(a.type()));
+  }
+  for (const auto& r : s.returns()) {
+    if (r.type()->kind() != c10::TypeKind::TensorType) return p;
+    const c10::AliasInfo* ai = r.alias_info();
+    if (!ai) {
+      p.returnArg.push_back(-1);
+      p.numFresh++;
+      continue;
+    }
+    if (!ai->isWrite()) return p;
+    int found = -1;
+    for (size_t i = 0; i < args.size(); ++i) {
+      const c10::AliasInfo* aa = args[i].alias_info();
+      if (aa && aa->isWrite() && aa->beforeSets() == ai->beforeSets()) found = static_cast<int>(i);
+    }
+    if (found < 0) return p;
+    p.returnArg.push_back(found);
+  }
+  if (p.numFresh == 0 && !anyWritten) return p;  // nothing to compute (e.g. record_stream)
+  if (p.numFresh > 0) p.outOp = findOutOverload(s, p.numFresh);
+  p.eligible = true;
+  return p;
+}
+
+// Plans are cached per operator; an operator whose Meta pass raised
+// NotImplementedError is remembered as ineligible.
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<c10::OperatorHandle, std::shared_ptr<Plan>> plans;
+};
+PlanCache& planCache() {
+  static auto* cache = new PlanCache();
+  return *cache;
+}
+
+std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op) {
+  PlanCache& c = planCache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  auto it = c.plans.find(op);
+  if (it != c.plans.end()) return it->second;
+  auto plan = std::make_shared<Plan>(makePlan(op));
+  c.plans.emplace(op, plan);
+  return plan;
+}
+
+void markIneligible(const c10::OperatorHandle& op) {
+  PlanCache& c = planCache();
+  std::lock_guard<std::mutex> lk(c.mu);
+  auto plan = std::make_shared<Plan>();
+  plan->name = fullName(op.schema().operator_name());
+  c.plans[op] = plan;
+}
+
+// ---------------------------------------------------------------------------
+// What the executor needs to rebuild each argument.
+
+struct TensorRef {
+  void* data = nullptr;
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  at::ScalarType dtype = at::kFloat;
+
+  explicit TensorRef(const at::Tensor& t)
+      : data(t.data_ptr()),
+        sizes(t.sizes().begin(), t.sizes().end()),
+        strides(t.strides().begin(), t.strides().end()),
+        dtype(t.scalar_type()) {}
+
+  at::Tensor cpu() const {
+    return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
+  }
+};
+
+// One argument: a plain value, or device tensors (single, list, optional list).
+struct ArgSlot {
+  enum Kind : uint8_t { kValue, kTensor, kTensorList, kOptTensorList } kind = kValue;
+  c10::IValue value;                        // kValue, and CPU members of lists
+  std::vector<std::optional<TensorRef>> tensors;  // device tensors (nullopt: take value)
+  std::vector<c10::IValue> others;          // per list element when not a device tensor
+};
+
+c10::IValue rebuild(const ArgSlot& slot) {
+  switch (slot.kind) {
+    case ArgSlot::kValue: return slot.value;
+    case ArgSlot::kTensor: return slot.tensors[0]->cpu();
+    case ArgSlot::kTensorList: {
+      c10::List<at::Tensor> list;
+      list.reserve(slot.tensors.size());
+      for (size_t i = 0; i < slot.tensors.size(); ++i)
+        list.push_back(slot.tensors[i] ? slot.tensors[i]->cpu() : slot.others[i].toTensor());
+      return list;
+    }
+    case ArgSlot::kOptTensorList: {
+      c10::List<std::optional<at::Tensor>> list;
+      list.reserve(slot.tensors.size());
+      for (size_t i = 0; i < slot.tensors.size(); ++i) {
+        if (slot.tensors[i]) list.push_back(slot.tensors[i]->cpu());
+        else if (slot.others[i].isNone()) list.push_back(std::nullopt);
+        else list.push_back(slot.others[i].toTensor());
+      }
+      return list;
+    }
+  }
+  return slot.value;
+}
+
+// ---------------------------------------------------------------------------
+// The host side.
+
+struct Prepared {
+  std::vector<ArgSlot> slots;  // arguments for the executor
+  std::vector<size_t> generatorSlots;  // slots whose generator is derived at enqueue
+  // written device tensors and where the executor's copy of their metadata lives
+  struct Written {
+    at::Tensor device;
+    std::optional<TensorRef>* ref;
+  };
+  std::vector<Written> written;
+  std::string key;  // the Meta pass's inputs, for the cache; empty: uncacheable
+  bool cacheable = true;
+};
+
+// What the Meta pass tells us: the final layout of every written tensor and
+// of every fresh result. It depends only on argument metadata, so it is
+// cached per (op, metadata): a training loop pays for it once per shape.
+struct TensorMeta {
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  at::ScalarType dtype = at::kFloat;
+
+  explicit TensorMeta(const at::Tensor& t)
+      : sizes(t.sizes().begin(), t.sizes().end()),
+        strides(t.strides().begin(), t.strides().end()),
+        dtype(t.scalar_type()) {}
+};
+struct MetaResult {
+  std::vector<TensorMeta> written;
+  std::vector<std::optional<TensorMeta>> fresh;  // nullopt: an undefined result
+  bool allFreshDefined = true;
+};
+
+struct MetaCache {
+  static constexpr size_t kMaxEntries = 16384;
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const MetaResult>> entries;
+};
+MetaCache& metaCache() {
+  static auto* cache = new MetaCache();
+  return *cache;
+}
+
+template <class T>
+void keyPut(std::string& key, const T& v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+void keyTensor(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    keyPut<int8_t>(key, -1);
+    return;
+  }
+  keyPut<int8_t>(key, static_cast<int8_t>(t.scalar_type()));
+  keyPut<int8_t>(key, isNeuron(t) ? 1 : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 2 : 3));
+  keyPut<int8_t>(key, static_cast<int8_t>(t.dim()));
+  for (int64_t v : t.sizes()) keyPut(key, v);
+  for (int64_t v : t.strides()) keyPut(key, v);
+}
+
+// Appends a non-tensor argument; false when it cannot be part of a key.
+bool keyValue(std::string& key, const c10::IValue& iv) {
+  if (iv.isNone()) return keyPut<int8_t>(key, 'n'), true;
+  if (iv.isInt()) return keyPut<int8_t>(key, 'i'), keyPut(key, iv.toInt()), true;
+  if (iv.isDouble()) return keyPut<int8_t>(key, 'd'), keyPut(key, iv.toDouble()), true;
+  if (iv.isBool()) return keyPut<int8_t>(key, 'b'), keyPut(key, iv.toBool()), true;
+  if (iv.isComplexDouble())
+    return keyPut<int8_t>(key, 'c'), keyPut(key, iv.toComplexDouble()), true;
+  if (iv.isIntList()) {
+    keyPut<int8_t>(key, 'I');
+    for (int64_t v : iv.toIntList()) keyPut(key, v);
+    keyPut<int8_t>(key, ';');
+    return true;
+  }
+  if (iv.isDoubleList()) {
+    keyPut<int8_t>(key, 'F');
+    for (double v : iv.toDoubleList()) keyPut(key, v);
+    keyPut<int8_t>(key, ';');
+    return true;
+  }
+  if (iv.isBoolList()) {
+    keyPut<int8_t>(key, 'B');
+    for (bool v : iv.toBoolList()) keyPut(key, v);
+    keyPut<int8_t>(key, ';');
+    return true;
+  }
+  if (iv.isString()) {
+    keyPut<int8_t>(key, 's');
+    key.append(iv.toStringRef());
+    keyPut<int8_t>(key, 0);
+    return true;
+  }
+  if (iv.isDevice()) return keyPut<int8_t>(key, 'v'), keyPut(key, iv.toDevice().index()), true;
+  return false;
+}
+
+// Checks one tensor argument and records it for the executor; false when the
+// op must take the slow path.
+bool prepTensor(const at::Tensor& t, bool written, c10::DeviceIndex device,
+                std::optional<TensorRef>* ref, c10::IValue* other, Prepared& p) {
+  keyTensor(p.key, t);
+  if (!t.defined()) {
+    *other = c10::IValue();
+    return true;
+  }
+  if (t.is_conj() || t.is_neg() || t.layout() != at::kStrided) return false;
+  if (isNeuron(t)) {
+    if (t.device().index() != device) return false;
+    ref->emplace(t);
+    if (written) p.written.push_back({t, ref});
+    return true;
+  }
+  // CPU scalars mix with device tensors (like CUDA); anything else is the
+  // slow path's device-mismatch error. The copy pins the value at enqueue.
+  if (written || !t.device().is_cpu() || t.dim() != 0) return false;
+  *other = t.clone();
+  return true;
+}
+
+bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
+             c10::DeviceIndex device, Prepared& p) {
+  const size_t n = plan.writtenArg.size();
+  p.slots.resize(n);
+  p.key.reserve(256);
+  keyPut(p.key, &plan);
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& iv = stack[begin + i];
+    ArgSlot& slot = p.slots[i];
+    const bool written = plan.writtenArg[i];
+    if (iv.isTensor()) {
+      slot.kind = ArgSlot::kTensor;
+      slot.tensors.resize(1);
+      slot.others.resize(1);
+      if (!prepTensor(iv.toTensor(), written, device, &slot.tensors[0], &slot.others[0], p))
+        return false;
+      if (!slot.tensors[0]) {
+        slot.kind = ArgSlot::kValue;
+        slot.value = slot.others[0];
+      }
+    } else if (iv.isTensorList() || iv.isOptionalTensorList()) {
+      const bool optional = iv.isOptionalTensorList();
+      slot.kind = optional ? ArgSlot::kOptTensorList : ArgSlot::kTensorList;
+      std::vector<std::optional<at::Tensor>> items;
+      if (optional) {
+        for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList()) items.push_back(t);
+      } else {
+        for (const at::Tensor& t : iv.toTensorList()) items.emplace_back(t);
+      }
+      slot.tensors.resize(items.size());
+      slot.others.resize(items.size());
+      keyPut<int32_t>(p.key, static_cast<int32_t>(items.size()));
+      for (size_t j = 0; j < items.size(); ++j) {
+        if (!items[j].has_value()) {
+          keyPut<int8_t>(p.key, -2);
+          continue;
+        }
+        if (!prepTensor(*items[j], written, device, &slot.tensors[j], &slot.others[j], p))
+          return false;
+      }
+    } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
+      if (iv.toDevice().has_index() && iv.toDevice().index() != device) return false;
+      slot.value = c10::Device(c10::DeviceType::CPU);
+      keyPut<int8_t>(p.key, 'D');
+    } else if (plan.generatorArg[i]) {
+      slot.value = iv;  // derived at enqueue (see deriveGenerators)
+      p.generatorSlots.push_back(i);
+      keyPut<int8_t>(p.key, 'G');
+    } else {
+      slot.value = iv;
+      if (!keyValue(p.key, iv)) p.cacheable = false;
+    }
+  }
+  return true;
+}
+
+// The Meta stand-in of one argument.
+c10::IValue metaArg(const c10::IValue& iv, bool generator) {
+  auto toMeta = [](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined() || !isNeuron(t)) return t;  // undefined, or a CPU scalar
+    return at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type());
+  };
+  if (generator) return c10::IValue();
+  if (iv.isTensor()) return toMeta(iv.toTensor());
+  if (iv.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : iv.toTensorList()) out.push_back(toMeta(t));
+    return out;
+  }
+  if (iv.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(toMeta(*t)) : std::nullopt);
+    return out;
+  }
+  if (iv.isDevice() && iv.toDevice().type() == kNeuron) return c10::Device(c10::DeviceType::Meta);
+  return iv;
+}
+
+// Runs the op on Meta tensors. Returns nullptr when the slow path must run.
+std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const Plan& plan,
+                                          const torch::jit::Stack& stack, size_t begin) {
+  const size_t n = plan.writtenArg.size();
+  torch::jit::Stack meta;
+  meta.reserve(n);
+  std::vector<at::Tensor> writtenMeta;  // in the order prepare() saw them
+  for (size_t i = 0; i < n; ++i) {
+    meta.push_back(metaArg(stack[begin + i], plan.generatorArg[i]));
+    if (!plan.writtenArg[i]) continue;
+    const c10::IValue& m = meta.back();
+    if (m.isTensor()) {
+      if (m.toTensor().defined()) writtenMeta.push_back(m.toTensor());
+    } else if (m.isTensorList()) {
+      for (const at::Tensor& t : m.toTensorList()) writtenMeta.push_back(t);
+    } else if (m.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : m.toOptionalTensorList())
+        if (t.has_value()) writtenMeta.push_back(*t);
+    }
+  }
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const c10::NotImplementedError&) {
+    markIneligible(op);  // no Meta kernel, or a data-dependent result
+    return nullptr;
+  } catch (const c10::Error&) {
+    return nullptr;  // the slow path raises the CPU kernel's own error
+  } catch (...) {
+    // A Python meta kernel refused (data-dependent output, e.g. nonzero).
+    markIneligible(op);
+    return nullptr;
+  }
+  if (meta.size() != plan.returnArg.size()) return nullptr;
+  auto result = std::make_shared<MetaResult>();
+  for (const at::Tensor& w : writtenMeta) result->written.emplace_back(w);
+  for (size_t r = 0; r < plan.returnArg.size(); ++r) {
+    if (plan.returnArg[r] >= 0) continue;
+    if (!meta[r].isTensor()) return nullptr;
+    if (meta[r].toTensor().defined()) {
+      result->fresh.emplace_back(TensorMeta(meta[r].toTensor()));
+    } else {
+      // e.g. convolution_backward without grad_input
+      result->fresh.emplace_back(std::nullopt);
+      result->allFreshDefined = false;
+    }
+  }
+  return result;
+}
+
+std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
+                                          const torch::jit::Stack& stack, size_t begin,
+                                          const Prepared& p) {
+  MetaCache& cache = metaCache();
+  if (p.cacheable) {
+    std::lock_guard<std::mutex> lk(cache.mu);
+    auto it = cache.entries.find(p.key);
+    if (it != cache.entries.end()) return it->second;
+  }
+  auto result = runMeta(op, plan, stack, begin);
+  if (result && p.cacheable) {
+    std::lock_guard<std::mutex> lk(cache.mu);
+    if (cache.entries.size() >= MetaCache::kMaxEntries) cache.entries.clear();
+    cache.entries.emplace(p.key, result);
+  }
+  return result;
+}
+
+std::atomic<bool> gAsyncEnabled{true};
+
+}  // namespace
+
+void setAsyncPathEnabled(bool enabled) { gAsyncEnabled.store(enabled); }
+bool asyncPathEnabled() { return gAsyncEnabled.load(); }
+
+bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                  c10::DeviceIndex device) {
+  if (!gAsyncEnabled.load(std::memory_order_relaxed)) return false;
+  std::shared_ptr<Plan> plan = planFor(op);
+  if (!plan->eligible) return false;
+  const size_t numArgs = plan->writtenArg.size();
+  const size_t begin = stack->size() - numArgs;
+
+  Prepared p;
+  if (!prepare(*plan, *stack, begin, device, p)) return false;
+
+  // Shapes, dtypes and argument checks, from the Meta backend (cached).
+  std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p);
+  if (!meta || meta->written.size() != p.written.size()) return false;
+  for (size_t i = 0; i < p.written.size(); ++i) {
+    auto& w = p.written[i];
+    const TensorMeta& m = meta->written[i];
+    if (w.device.sizes() == c10::IntArrayRef(m.sizes) &&
+        w.device.strides() == c10::IntArrayRef(m.strides))
+      continue;
+    // An out= tensor of the wrong size (typically empty): resize it here, as
+    // the CPU kernel would, when that gives the layout the kernel expects.
+    w.device.resize_(m.sizes);
+    if (w.device.strides() != c10::IntArrayRef(m.strides)) return false;
+    w.ref->emplace(w.device);
+  }
+
+  // Fresh outputs in device memory.
+  c10::DeviceGuard guard(c10::Device(kNeuron, device));
+  std::vector<at::Tensor> fresh;
+  fresh.reserve(meta->fresh.size());
+  for (const std::optional<TensorMeta>& m : meta->fresh) {
+    fresh.push_back(m ? at::detail::empty_strided_generic(
+                            m->sizes, m->strides, getDeviceAllocator(),
+                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), m->dtype)
+                      : at::Tensor());
+  }
+
+  // The random stream is reserved now, in host program order, exactly as
+  // the synchronous path does it.
+  for (size_t i : p.generatorSlots) {
+    c10::IValue& v = p.slots[i].value;
+    at::Generator gen = v.isNone() ? getDefaultGenerator(device) : v.toGenerator();
+    if (gen.device().type() == kNeuron) v = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
+  }
+
+  // Enqueue the CPU kernel.
+  std::vector<std::optional<TensorRef>> outs;
+  outs.reserve(fresh.size());
+  for (const at::Tensor& t : fresh) {
+    outs.push_back(t.defined() ? std::optional<TensorRef>(t) : std::nullopt);
+  }
+  recordOp(plan->name, OpPath::Async);
+  // out= overloads want every result; undefined ones go through a copy.
+  const bool viaOut = plan->outOp.has_value() && meta->allFreshDefined;
+  c10::OperatorHandle target = viaOut ? *plan->outOp : op;
+  launchOnStream(getCurrentStream(device), plan->name.c_str(),
+                 [target, viaOut, plan, slots = std::move(p.slots), outs = std::move(outs)]() {
+                   at::AutoDispatchBelowADInplaceOrView below;
+                   torch::jit::Stack s;
+                   s.reserve(slots.size() + outs.size());
+                   for (const ArgSlot& slot : slots) s.push_back(rebuild(slot));
+                   if (viaOut) {
+                     for (const auto& o : outs) s.emplace_back(o->cpu());
+                   }
+                   target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+                   if (viaOut) return;
+                   // No out= overload: copy the fresh results into place.
+                   size_t f = 0;
+                   for (size_t r = 0; r < plan->returnArg.size(); ++r) {
+                     if (plan->returnArg[r] >= 0) continue;
+                     const auto& o = outs[f++];
+                     if (o) o->cpu().copy_(s[r].toTensor());
+                   }
+                 });
+
+  // Results: fresh device outputs, or the written arguments they alias.
+  std::vector<c10::IValue> results;
+  results.reserve(plan->returnArg.size());
+  size_t f = 0;
+  for (int arg : plan->returnArg) {
+    results.push_back(arg < 0 ? c10::IValue(fresh[f++]) : (*stack)[begin + arg]);
+  }
+  torch::jit::drop(*stack, numArgs);
+  for (auto& r : results) stack->push_back(std::move(r));
+  return true;
+}
+
+}  // namespace torchneuron

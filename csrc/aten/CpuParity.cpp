@@ -1,0 +1,113 @@
+// CpuParity.cpp — neuron runs CPU's own kernel wherever CPU has one.
+//
+// Many ATen ops have both a dedicated CPU kernel and a generic
+// CompositeExplicitAutograd decomposition that every other backend gets by
+// default (native_layer_norm, for example, decomposes into batch norm). The
+// two are not bitwise identical, and our promise is CPU's bits. So at start-up
+// every such op without a neuron kernel of its own is routed to the generic
+// path, which runs the CPU kernel on device memory (asynchronously where it
+// can). A few ops need it although they have no decomposition:
+// convolution (PrivateUse1 would ask for convolution_overrideable) and
+// _fused_sdp_choice (CPU's choice of attention kernel, made from metadata).
+#include "aten/Common.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
+namespace torchneuron {
+namespace {
+
+void genericEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  genericFallback(op, stack);
+}
+
+// A CPU view of a device tensor for kernels that read metadata only
+// (sizes, strides, dtype, requires_grad), never data: no need to wait.
+at::Tensor metadataAlias(const at::Tensor& t) {
+  if (!isNeuron(t)) return t;
+  at::Tensor a = cpuAlias(t);
+  if (t.requires_grad()) a.set_requires_grad(true);
+  return a;
+}
+
+void metadataOnly(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    c10::IValue& iv = (*stack)[i];
+    if (iv.isTensor()) iv = metadataAlias(iv.toTensor());
+  }
+  recordOp(fullName(op.schema().operator_name()), OpPath::Native);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+
+// Composite ops whose neuron decomposition would differ from CPU, or that
+// PrivateUse1 cannot run at all without a kernel.
+const std::unordered_set<std::string>& explicitOps() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::convolution",
+      "aten::convolution_backward",
+  };
+  return ops;
+}
+
+// scaled_dot_product_attention asks this stub which kernel to use; we answer
+// what CPU would answer, so neuron runs CPU's attention kernel (flash
+// attention for CPU where it applies) and matches CPU bit for bit.
+int64_t fusedSdpChoice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::optional<at::Tensor>& mask, double dropout, bool causal,
+                       std::optional<double> scale, bool gqa) {
+  std::optional<at::Tensor> m;
+  if (mask.has_value()) m = metadataAlias(*mask);
+  return at::_fused_sdp_choice(metadataAlias(q), metadataAlias(k), metadataAlias(v), m, dropout,
+                               causal, scale, gqa);
+}
+
+}  // namespace
+}  // namespace torchneuron
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torchneuron::fusedSdpChoice)
+}
+
+namespace torchneuron {
+
+void registerCpuParityKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Lives for the process: registrations end with their Library.
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                   __FILE__, __LINE__);
+    static std::vector<std::string> names;  // Library::impl keeps the pointer
+    auto& dispatcher = c10::Dispatcher::singleton();
+    std::vector<std::pair<std::string, bool>> todo;  // (name, metadata only)
+    for (const c10::OperatorName& on : dispatcher.getAllOpNames()) {
+      if (on.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(on);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+      const std::string name = fullName(on);
+      if (name == "aten::_fused_sdp_choice") {
+        todo.emplace_back(name, true);
+        continue;
+      }
+      const bool cpuKernel = op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
+      const bool composite =
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+      if ((cpuKernel && composite) || explicitOps().count(name)) todo.emplace_back(name, false);
+    }
+    names.reserve(todo.size());
+    for (auto& [name, meta] : todo) {
+      names.push_back(name);
+      lib->impl(names.back().c_str(),
+                meta ? torch::CppFunction::makeFromBoxedFunction<&metadataOnly>()
+                     : torch::CppFunction::makeFromBoxedFunction<&genericEntry>());
+    }
+  });
+}
+
+}  // namespace torchneuron

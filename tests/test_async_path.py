@@ -1,0 +1,113 @@
+"""The asynchronous generic path: ops queue on the stream and run CPU's
+kernels on device memory in stream order; errors surface at the next
+synchronizing call with the op's name; results equal the synchronous path's.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron
+
+from conftest import assert_same, run_python
+
+
+@pytest.fixture
+def both_paths():
+    yield
+    torchneuron._C._set_async_path(True)
+
+
+def test_ops_queue_behind_running_work():
+    x = torch.randn(256, 256)
+    nx = x.to("neuron")
+    torch.neuron.synchronize()
+    torch.neuron._sleep(300_000)  # the stream is busy for 300 ms
+    torchneuron.clear_op_tracking()
+    y = (nx @ nx).relu().sum(0)
+    # Queued, not run: the host got here while the stream is still busy.
+    assert not torch.neuron.current_stream().query()
+    assert torchneuron.get_fallback_ops() == []
+    assert torch.equal(y.cpu(), (x @ x).relu().sum(0))
+    assert torch.neuron.current_stream().query()
+
+
+def test_kernel_error_surfaces_at_sync_with_op_name_and_device_recovers():
+    weight = torch.randn(10, 4, device="neuron")
+    bad = torch.tensor([1, 42], device="neuron")  # 42 is out of range
+    out = F.embedding(bad, weight)  # queued; the bounds check runs on the device
+    with pytest.raises(RuntimeError, match=r"aten::index_select.*out of range|index out of range"):
+        out.cpu()
+    # The stream and device keep working, and earlier data is intact.
+    good = F.embedding(torch.tensor([1, 2], device="neuron"), weight)
+    assert torch.equal(good.cpu(), weight.cpu()[[1, 2]])
+
+
+def test_launch_blocking_reports_error_at_the_op():
+    r = run_python(
+        """
+        import torch, torch.nn.functional as F
+        w = torch.randn(10, 4, device="neuron")
+        try:
+            F.embedding(torch.tensor([42], device="neuron"), w)
+        except RuntimeError as e:
+            print("raised at op:", "index_select" in str(e))
+        """,
+        env={"NEURON_LAUNCH_BLOCKING": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "raised at op: True" in r.stdout
+
+
+def test_meta_cache_distinguishes_shapes_and_arguments():
+    x = torch.randn(3, 5)
+    nx = x.to("neuron")
+    for dim in (0, 1, -1):
+        assert_same(nx.sum(dim), x.sum(dim))
+    assert_same(nx.sum(0, keepdim=True), x.sum(0, keepdim=True))
+    for shape in ((3, 5), (5,), (1, 5), (3, 1)):
+        other = torch.randn(shape)
+        assert_same(nx * other.to("neuron"), x * other)
+    assert_same(nx.t().contiguous() + 1, x.t().contiguous() + 1)
+    assert_same(nx.t() + 1, x.t() + 1)  # non-contiguous input: output strides follow CPU
+    assert (nx.t() + 1).stride() == (x.t() + 1).stride()
+
+
+def test_out_argument_of_the_wrong_size_is_resized_like_cpu():
+    x = torch.randn(4, 3)
+    out_cpu = torch.empty(0)
+    out_dev = torch.empty(0, device="neuron")
+    torch.sin(x, out=out_cpu)
+    torch.sin(x.to("neuron"), out=out_dev)
+    assert out_dev.shape == out_cpu.shape
+    assert torch.equal(out_dev.cpu(), out_cpu)
+
+
+def test_cpu_scalar_operands_are_captured_at_enqueue():
+    nx = torch.ones(4, device="neuron")
+    s = torch.tensor(2.0)
+    torch.neuron._sleep(100_000)
+    y = nx * s
+    s.fill_(100.0)  # changing it afterwards must not change the queued op
+    assert torch.equal(y.cpu(), torch.full((4,), 2.0))
+
+
+def test_random_ops_same_on_both_paths(both_paths):
+    def draw():
+        torch.neuron.manual_seed(7)
+        x = torch.ones(1000, device="neuron")
+        return F.dropout(x, 0.5).cpu(), torch.rand(10, device="neuron").cpu()
+
+    torchneuron._C._set_async_path(True)
+    a = draw()
+    torchneuron._C._set_async_path(False)
+    b = draw()
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_data_dependent_ops_take_the_synchronous_path():
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0])
+    nx = x.to("neuron")
+    torchneuron.clear_op_tracking()
+    assert_same(torch.nonzero(nx), torch.nonzero(x))
+    assert_same(nx[nx > 0], x[x > 0])
+    assert "aten::nonzero" in torchneuron.get_fallback_ops()
