@@ -11,6 +11,7 @@ void Event::reset(unsigned newFlags) {
   std::lock_guard<std::mutex> lk(mu);
   flags = newFlags;
   firstGeneration = recorded;
+  recordedOn = 0;
   timestampNs = 0;
   error.reset();
   parkedStreams.clear();

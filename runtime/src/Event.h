@@ -23,6 +23,7 @@ struct Event {
   // so a stale marker of a destroyed event can never complete a new record.
   uint64_t firstGeneration = 0;  // generations <= this belong to a past life
   uint64_t recorded = 0;         // latest record's generation
+  nrtStream_t recordedOn = 0;    // stream of the latest record
   std::atomic<uint64_t> completed{0};  // highest generation whose marker ran
   int64_t timestampNs = 0;       // when the marker of `completed` ran
   KernelErrorPtr error;          // failure queued before the completed record

@@ -68,6 +68,7 @@ nrtStatus nrtEventRecord(nrtEvent_t event, nrtStream_t stream) {
   {
     std::lock_guard<std::mutex> lk(e->mu);
     t.generation = ++e->recorded;
+    e->recordedOn = stream;
   }
   s->executor->enqueue(s, std::move(t));
   return NRT_SUCCESS;
@@ -146,6 +147,8 @@ nrtStatus nrtStreamWaitEvent(nrtStream_t stream, nrtEvent_t event) {
     if (e->recorded == e->firstGeneration) return notRecorded(event);
     t.generation = e->recorded;
     if (e->completed.load(std::memory_order_relaxed) >= t.generation) return NRT_SUCCESS;
+    // Recorded on this very stream: stream order already guarantees it.
+    if (e->recordedOn == stream) return NRT_SUCCESS;
   }
   s->executor->enqueue(s, std::move(t));
   return NRT_SUCCESS;

@@ -197,16 +197,16 @@ void Executor::workerLoop() {
             errorBefore = failure;
           }
           break;
-        case Task::kRecord: t.event->complete(t.generation, errorBefore); break;
+        case Task::kRecord:
+          // Counted before the event fires: whoever sees the event complete
+          // also sees the stream's work up to it done.
+          countDone(s);
+          t.event->complete(t.generation, errorBefore);
+          continue;
         case Task::kWait: park = t.event->parkUntil(t.generation, s); break;
       }
       // A parked wait counts as completed only once the stream resumes.
-      if (!park) {
-        // seq_cst on both sides (here and in wait()) so that either we see
-        // the waiter or the waiter sees the new count.
-        s->completed.fetch_add(1);
-        if (doneWaiters_.load() > 0) notifyDone();
-      }
+      if (!park) countDone(s);
     }
 
     lk.lock();
@@ -222,6 +222,13 @@ void Executor::workerLoop() {
     }
     if (doneWaiters_.load() > 0) doneCv_.notify_all();
   }
+}
+
+void Executor::countDone(Stream* s) {
+  // seq_cst on both sides (here and in wait()) so that either we see the
+  // waiter or the waiter sees the new count.
+  s->completed.fetch_add(1);
+  if (doneWaiters_.load() > 0) notifyDone();
 }
 
 void Executor::notifyDone() {

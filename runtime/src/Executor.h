@@ -63,6 +63,7 @@ class Executor {
   void makeReadyLocked(Stream* s);
   void completeOneLocked(Stream* s);
   void notifyDone();
+  void countDone(Stream* s);
 
   const int device_;
   const int threads_;

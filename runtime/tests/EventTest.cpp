@@ -174,3 +174,20 @@ TEST(Event, DestroyWithPendingRecordIsHarmless) {
   NRT_OK(nrtEventDestroy(reused));
   NRT_OK(nrtStreamDestroy(s));
 }
+
+TEST(Event, WaitOnOwnStreamAddsNoWork) {
+  if (launchBlocking()) GTEST_SKIP() << "a gate kernel would block the launching thread";
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, NRT_EVENT_DISABLE_TIMING));
+  gateOpen = false;
+  NRT_OK(nrtLaunchKernel(s, "gate", gateKernel, nullptr, 0));
+  NRT_OK(nrtEventRecord(e, s));
+  NRT_OK(nrtStreamWaitEvent(s, e));  // already ordered: nothing queued
+  gateOpen = true;
+  NRT_OK(nrtEventSynchronize(e));
+  NRT_OK(nrtStreamQuery(s));  // nothing is left behind the record
+  NRT_OK(nrtEventDestroy(e));
+  NRT_OK(nrtStreamDestroy(s));
+}
