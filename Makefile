@@ -11,6 +11,10 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 BACKEND := $(wildcard setup.py)
 
+# ccache hits across clones of the repository (CI builds a fresh clone).
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+
 .PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests clean
 
