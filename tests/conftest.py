@@ -14,6 +14,12 @@ import torchneuron  # noqa: F401  (explicit: also loaded by torch's autoload)
 
 NEURON = torch.device("neuron")
 
+LAUNCH_BLOCKING = os.environ.get("NEURON_LAUNCH_BLOCKING") == "1"
+# For tests that observe asynchronous execution (meaningless when every
+# launch runs synchronously on the calling thread).
+requires_async = pytest.mark.skipif(
+    LAUNCH_BLOCKING, reason="observes asynchronous execution; NEURON_LAUNCH_BLOCKING=1")
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "multidevice: needs at least two neuron devices")

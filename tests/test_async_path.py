@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import torchneuron
 
-from conftest import assert_same, run_python
+from conftest import assert_same, requires_async, run_python
 
 
 @pytest.fixture
@@ -17,6 +17,7 @@ def both_paths():
     torchneuron._C._set_async_path(True)
 
 
+@requires_async
 def test_ops_queue_behind_running_work():
     x = torch.randn(256, 256)
     nx = x.to("neuron")
@@ -31,6 +32,7 @@ def test_ops_queue_behind_running_work():
     assert torch.neuron.current_stream().query()
 
 
+@requires_async
 def test_kernel_error_surfaces_at_sync_with_op_name_and_device_recovers():
     weight = torch.randn(10, 4, device="neuron")
     bad = torch.tensor([1, 42], device="neuron")  # 42 is out of range

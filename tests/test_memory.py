@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import torchneuron
+from conftest import requires_async
 
 MiB = 1 << 20
 
@@ -105,6 +106,7 @@ def test_oom_frees_the_cache_and_retries_once():
     torch.neuron.empty_cache()
 
 
+@requires_async
 def test_record_stream_defers_reuse():
     side = torch.neuron.Stream()
     x = torch.empty(4 * MiB, dtype=torch.uint8, device="neuron")

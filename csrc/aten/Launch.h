@@ -44,7 +44,9 @@ inline void launchOnStream(const NeuronStream& stream, const char* name, std::fu
     // Not queued: we still own the closure.
     delete heap;
   }
-  NEURON_CHECK(st);
+  if (st != NRT_SUCCESS) {
+    throwRuntimeError(st, "nrtLaunchKernel", __FILE__, __LINE__);
+  }
 }
 
 }  // namespace torchneuron

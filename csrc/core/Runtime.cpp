@@ -31,10 +31,14 @@ void throwRuntimeError(nrtStatus status, const char* expr, const char* file, int
   if (status == NRT_ERROR_KERNEL_FAILED) {
     const char* detail = nrtGetLastErrorMessage();
     msg = "A neuron kernel failed: " +
-          std::string(detail != nullptr && detail[0] != '\0' ? detail : "(no message)") +
-          ". Kernels run asynchronously, so this was reported by " + call +
-          " and the failing op may be an earlier one; set NEURON_LAUNCH_BLOCKING=1 to raise "
-          "it at the op that launched it.";
+          std::string(detail != nullptr && detail[0] != '\0' ? detail : "(no message)");
+    if (call == "nrtLaunchKernel") {
+      msg += ". (NEURON_LAUNCH_BLOCKING=1: raised by the op that launched it.)";
+    } else {
+      msg += ". Kernels run asynchronously, so this was reported by " + call +
+             " and the failing op may be an earlier one; set NEURON_LAUNCH_BLOCKING=1 to "
+             "raise it at the op that launched it.";
+    }
   } else {
     msg = "neuron runtime call " + call + " failed with " + describeStatus(status);
   }
