@@ -25,14 +25,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "multidevice: needs at least two neuron devices")
 
 
+def _reset_streams_and_device():
+    for i in range(torch.neuron.device_count()):
+        torch.neuron.set_stream(torch.neuron.default_stream(i))
+    torch.neuron.set_device(0)
+
+
 @pytest.fixture(autouse=True)
 def _default_stream_and_device():
-    """Each test starts on device 0, default stream, and leaves no queued work."""
-    torch.neuron.set_device(0)
+    """Each test starts on device 0 and the default streams, and leaves no queued work."""
+    _reset_streams_and_device()
     yield
     for i in range(torch.neuron.device_count()):
         torch.neuron.synchronize(i)
-    torch.neuron.set_device(0)
+    _reset_streams_and_device()
 
 
 @pytest.fixture
