@@ -127,7 +127,7 @@ void copyArgs(benchmark::internal::Benchmark* bm) {
   for (int64_t size = 4 << 10; size <= (256 << 20); size *= 4)
     for (int k = kMemcpy; k <= kD2DPeer; ++k) bm->Args({k, size});
 }
-BENCHMARK(BM_Copy)->Apply(copyArgs)->MinTime(0.1)->UseRealTime()->Repetitions(3)->ReportAggregatesOnly(true);
+BENCHMARK(BM_Copy)->Apply(copyArgs)->MinTime(0.05)->UseRealTime()->Repetitions(5)->ReportAggregatesOnly(true);
 
 // Collects copy bandwidths so the summary can print ratios against memcpy.
 class RatioReporter : public benchmark::ConsoleReporter {
