@@ -4,44 +4,49 @@
 #include <chrono>
 
 #include "Executor.h"
+#include "Runtime.h"
 
 namespace nrt {
 
-void Event::reset(unsigned newFlags) {
+void Event::reset(unsigned newFlags, uint32_t slotIndex) {
   std::lock_guard<std::mutex> lk(mu);
   flags = newFlags;
   firstGeneration = recorded;
   recordedOn = 0;
   timestampNs = 0;
   error.reset();
-  parkedStreams.clear();
+  parkedStreams.clear();  // empty: the previous life ended with no references
+  slot = slotIndex;
+  refs.store(1, std::memory_order_relaxed);  // the handle's
 }
 
-void Event::complete(uint64_t gen, KernelErrorPtr errorBefore) {
+void Event::unref() {
+  if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  Runtime* rt = nullptr;
+  if (Runtime::get(&rt) == NRT_SUCCESS) rt->events().release(slot);
+}
+
+std::vector<Stream*> Event::complete(uint64_t gen, KernelErrorPtr errorBefore) {
   int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now().time_since_epoch())
                     .count();
   std::vector<Stream*> wake;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (gen <= firstGeneration || gen <= completed.load(std::memory_order_relaxed)) return;
-    completed.store(gen, std::memory_order_release);
-    timestampNs = now;
-    error = std::move(errorBefore);
-    for (size_t i = 0; i < parkedStreams.size();) {
-      if (parkedStreams[i].second <= gen) {
-        wake.push_back(parkedStreams[i].first);
-        parkedStreams[i] = parkedStreams.back();
-        parkedStreams.pop_back();
-      } else {
-        ++i;
-      }
+  std::lock_guard<std::mutex> lk(mu);
+  if (gen <= firstGeneration || gen <= completed.load(std::memory_order_relaxed)) return wake;
+  completed.store(gen, std::memory_order_release);
+  timestampNs = now;
+  error = std::move(errorBefore);
+  for (size_t i = 0; i < parkedStreams.size();) {
+    if (parkedStreams[i].second <= gen) {
+      wake.push_back(parkedStreams[i].first);
+      parkedStreams[i] = parkedStreams.back();
+      parkedStreams.pop_back();
+    } else {
+      ++i;
     }
-    if (syncWaiters) cv.notify_all();
   }
-  // Outside our lock: the executor's lock is never taken while holding it
-  // the other way round, so this order cannot deadlock.
-  for (Stream* s : wake) s->executor->resume(s);
+  if (syncWaiters) cv.notify_all();
+  return wake;
 }
 
 bool Event::parkUntil(uint64_t gen, Stream* s) {

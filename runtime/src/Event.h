@@ -30,13 +30,26 @@ struct Event {
   int syncWaiters = 0;
   std::vector<std::pair<Stream*, uint64_t>> parkedStreams;
 
+  // Lifetime: one reference for the live handle and one for every queued
+  // record or wait (a parked wait keeps its reference until it resumes).
+  // The slot is reused only when the count reaches zero, so destroying an
+  // event never strands a stream that waits on it.
+  std::atomic<int> refs{0};
+  uint32_t slot = 0;  // index in the runtime's event table
+
   // Resets for a new life under a new handle (called with the table lock).
-  void reset(unsigned newFlags);
+  void reset(unsigned newFlags, uint32_t slotIndex);
 
   bool timing() const { return (flags & NRT_EVENT_DISABLE_TIMING) == 0; }
 
-  // Called by the executor when the marker of generation gen runs.
-  void complete(uint64_t gen, KernelErrorPtr errorBefore);
+  void ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+  // Drops a reference; the last one returns the slot to the event table.
+  void unref();
+
+  // Called by the executor when the marker of generation gen runs. Returns
+  // the streams to resume (the caller resumes them, outside its locks) and
+  // drops the reference of each of their waits.
+  std::vector<Stream*> complete(uint64_t gen, KernelErrorPtr errorBefore);
 
   // If generation gen is done, returns false; otherwise remembers that s
   // must be resumed when it is, and returns true (the stream parks).

@@ -40,7 +40,9 @@ nrtStatus nrtEventCreate(nrtEvent_t* event, unsigned flags) {
   if (flags & ~unsigned(NRT_EVENT_DISABLE_TIMING))
     return failf(NRT_ERROR_INVALID_VALUE, "nrtEventCreate: unknown flags 0x%x", flags);
   NRT_RUNTIME(rt);
-  nrtEvent_t h = rt->events().create([&](Event& e, uint64_t) { e.reset(flags); });
+  nrtEvent_t h = rt->events().create([&](Event& e, uint64_t handle) {
+    e.reset(flags, static_cast<uint32_t>(handle) - 1);
+  });
   if (!h) return fail(NRT_ERROR_INTERNAL, "too many live events (limit 1M)");
   *event = h;
   return NRT_SUCCESS;
@@ -48,9 +50,12 @@ nrtStatus nrtEventCreate(nrtEvent_t* event, unsigned flags) {
 
 nrtStatus nrtEventDestroy(nrtEvent_t event) {
   NRT_RUNTIME(rt);
-  if (!rt->events().destroy(event))
+  uint32_t index;
+  Event* e = rt->events().retire(event, &index);
+  if (!e)
     return failf(NRT_ERROR_INVALID_HANDLE, "event 0x%llx is not a live event",
                  static_cast<unsigned long long>(event));
+  e->unref();  // the handle's reference; queued records and waits keep theirs
   return NRT_SUCCESS;
 }
 
@@ -70,6 +75,7 @@ nrtStatus nrtEventRecord(nrtEvent_t event, nrtStream_t stream) {
     t.generation = ++e->recorded;
     e->recordedOn = stream;
   }
+  e->ref();  // dropped when the record has run
   s->executor->enqueue(s, std::move(t));
   return NRT_SUCCESS;
 }
@@ -150,6 +156,7 @@ nrtStatus nrtStreamWaitEvent(nrtStream_t stream, nrtEvent_t event) {
     // Recorded on this very stream: stream order already guarantees it.
     if (e->recordedOn == stream) return NRT_SUCCESS;
   }
+  e->ref();  // dropped when the wait is satisfied
   s->executor->enqueue(s, std::move(t));
   return NRT_SUCCESS;
 }

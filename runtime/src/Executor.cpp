@@ -197,13 +197,24 @@ void Executor::workerLoop() {
             errorBefore = failure;
           }
           break;
-        case Task::kRecord:
-          // Counted before the event fires: whoever sees the event complete
-          // also sees the stream's work up to it done.
-          countDone(s);
-          t.event->complete(t.generation, errorBefore);
+        case Task::kRecord: {
+          // The stream's count and the event move together (under our lock,
+          // then the event's): whoever sees one sees the other.
+          std::vector<Stream*> wake;
+          {
+            std::lock_guard<std::mutex> g(mu_);
+            s->completed.fetch_add(1);
+            wake = t.event->complete(t.generation, errorBefore);
+            if (doneWaiters_.load() > 0) doneCv_.notify_all();
+          }
+          resumeParked(t.event, wake);
+          t.event->unref();
           continue;
-        case Task::kWait: park = t.event->parkUntil(t.generation, s); break;
+        }
+        case Task::kWait:
+          park = t.event->parkUntil(t.generation, s);
+          if (!park) t.event->unref();  // a parked wait keeps it until resumed
+          break;
       }
       // A parked wait counts as completed only once the stream resumes.
       if (!park) countDone(s);
@@ -221,6 +232,13 @@ void Executor::workerLoop() {
       else makeReadyLocked(s);
     }
     if (doneWaiters_.load() > 0) doneCv_.notify_all();
+  }
+}
+
+void Executor::resumeParked(Event* e, const std::vector<Stream*>& streams) {
+  for (Stream* w : streams) {
+    w->executor->resume(w);
+    e->unref();  // the parked wait's reference
   }
 }
 

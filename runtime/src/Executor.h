@@ -20,6 +20,8 @@
 
 namespace nrt {
 
+struct Event;
+
 class Executor {
  public:
   static constexpr int kLevels = 3;  // priorities 0, -1, -2
@@ -64,6 +66,7 @@ class Executor {
   void completeOneLocked(Stream* s);
   void notifyDone();
   void countDone(Stream* s);
+  void resumeParked(Event* e, const std::vector<Stream*>& streams);
 
   const int device_;
   const int threads_;

@@ -67,28 +67,21 @@ class HandleTable {
     return s.obj.get();
   }
 
-  // Retires a live handle: lookups fail from now on. Then runs drain(obj)
-  // (without the table lock; it may block) and only after it returns makes
-  // the slot reusable, so a new object never shares it with pending work.
-  // False if the handle is not live.
-  template <class Drain>
-  bool destroy(uint64_t handle, Drain&& drain) {
-    T* obj;
-    uint32_t index;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      obj = lookup(handle);
-      if (!obj) return false;
-      index = static_cast<uint32_t>(handle) - 1;
-      slot(index).handle.store(0, std::memory_order_release);
-    }
-    drain(*obj);
+  // Retires a live handle: lookups fail from now on, but the slot is not
+  // reused until release(). Returns the object, or nullptr if not live.
+  T* retire(uint64_t handle, uint32_t* index) {
+    std::lock_guard<std::mutex> lk(mu_);
+    T* obj = lookup(handle);
+    if (!obj) return nullptr;
+    *index = static_cast<uint32_t>(handle) - 1;
+    slot(*index).handle.store(0, std::memory_order_release);
+    return obj;
+  }
+
+  // Makes a retired slot reusable.
+  void release(uint32_t index) {
     std::lock_guard<std::mutex> lk(mu_);
     free_.push_back(index);
-    return true;
-  }
-  bool destroy(uint64_t handle) {
-    return destroy(handle, [](T&) {});
   }
 
  private:

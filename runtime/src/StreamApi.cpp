@@ -52,8 +52,11 @@ nrtStatus nrtStreamDestroy(nrtStream_t stream) {
     return fail(NRT_ERROR_INVALID_HANDLE, "the default stream of a device cannot be destroyed");
   // Retire the handle first so no new work arrives, then drain; the slot is
   // reused only after that.
-  if (!rt->streams().destroy(stream, [](Stream& st) { st.executor->detach(&st); }))
+  uint32_t index;
+  if (!rt->streams().retire(stream, &index))
     return fail(NRT_ERROR_INVALID_HANDLE, "stream was destroyed concurrently");
+  s->executor->detach(s);
+  rt->streams().release(index);
   return NRT_SUCCESS;
 }
 

@@ -191,3 +191,56 @@ TEST(Event, WaitOnOwnStreamAddsNoWork) {
   NRT_OK(nrtEventDestroy(e));
   NRT_OK(nrtStreamDestroy(s));
 }
+
+// A stream waiting on an event keeps waiting for the recorded work even
+// when the event is destroyed (and its slot possibly reused) meanwhile.
+TEST(Event, DestroyWhileAStreamWaitsOnIt) {
+  if (launchBlocking()) GTEST_SKIP() << "a gate kernel would block the launching thread";
+  nrtStream_t producer, consumer;
+  NRT_OK(nrtStreamCreate(&producer, 0, 0));
+  NRT_OK(nrtStreamCreate(&consumer, 1, 0));
+  takeLog();
+  gateOpen = false;
+  LogArgs first{1}, second{2};
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, NRT_EVENT_DISABLE_TIMING));
+  NRT_OK(nrtLaunchKernel(producer, "gate", gateKernel, nullptr, 0));
+  NRT_OK(nrtLaunchKernel(producer, "log", logKernel, &first, sizeof first));
+  NRT_OK(nrtEventRecord(e, producer));
+  NRT_OK(nrtStreamWaitEvent(consumer, e));
+  NRT_OK(nrtLaunchKernel(consumer, "log", logKernel, &second, sizeof second));
+  NRT_OK(nrtEventDestroy(e));
+  nrtEvent_t others[4];
+  for (auto& o : others) NRT_OK(nrtEventCreate(&o, 0));  // may take the old slot
+  for (auto& o : others) NRT_OK(nrtEventRecord(o, defaultStream(0)));
+  gateOpen = true;
+  NRT_OK(nrtStreamSynchronize(consumer));
+  EXPECT_EQ(takeLog(), (std::vector<int>{1, 2}));
+  for (auto& o : others) NRT_OK(nrtEventDestroy(o));
+  NRT_OK(nrtStreamDestroy(producer));
+  NRT_OK(nrtStreamDestroy(consumer));
+}
+
+// After a stream (or its device) is synchronized, events recorded on it
+// are complete, and after an event is synchronized the stream's work up
+// to it is done — with no window in between.
+TEST(Event, StreamAndEventCompletionAgree) {
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, NRT_EVENT_DISABLE_TIMING));
+  SleepArgs sl{200};
+  for (int i = 0; i < 200; ++i) {
+    NRT_OK(nrtLaunchKernel(s, "sleep", sleepKernel, &sl, sizeof sl));
+    NRT_OK(nrtEventRecord(e, s));
+    if (i % 3 == 0) {
+      NRT_OK(nrtEventSynchronize(e));
+      ASSERT_EQ(nrtStreamQuery(s), NRT_SUCCESS) << "iteration " << i;
+    } else {
+      NRT_OK(i % 3 == 1 ? nrtStreamSynchronize(s) : nrtDeviceSynchronize(0));
+      ASSERT_EQ(nrtEventQuery(e), NRT_SUCCESS) << "iteration " << i;
+    }
+  }
+  NRT_OK(nrtEventDestroy(e));
+  NRT_OK(nrtStreamDestroy(s));
+}
