@@ -92,9 +92,10 @@ from .neuron import (  # noqa: E402,F401
 def get_op_paths() -> dict[str, dict[str, int]]:
     """Every op run on neuron since the last clear, with counts per path.
 
-    ``native``: a dedicated kernel; ``async``: a dedicated fast kernel queued on the
-    stream; ``fallback``: the generic path (the op's CPU kernel run on device memory,
-    synchronously); ``fallback_async``: the generic path queued on the stream.
+    ``native``: a dedicated kernel (factories, views, copies); ``async``: queued on
+    the stream (a fast kernel, or the asynchronous generic path running the op's
+    CPU kernel on device memory); ``fallback``: the synchronous generic path (waits
+    for the stream, then runs the CPU kernel on device memory).
     """
     return dict(_C._executed_ops())
 
@@ -105,9 +106,8 @@ def get_executed_ops() -> dict[str, int]:
 
 
 def get_fallback_ops() -> list[str]:
-    """Ops that took the generic (fallback) path since the last clear, sorted."""
-    return sorted(op for op, rec in _C._executed_ops().items()
-                  if rec["fallback"] + rec["fallback_async"] > 0)
+    """Ops that needed the synchronous (slow) path since the last clear, sorted."""
+    return sorted(op for op, rec in _C._executed_ops().items() if rec["fallback"] > 0)
 
 
 def clear_op_tracking() -> None:

@@ -18,6 +18,7 @@
 
 #include "aten/Common.h"
 #include "aten/Launch.h"
+#include "core/Config.h"
 #include "core/Generator.h"
 
 #include <ATen/EmptyTensor.h>
@@ -478,7 +479,7 @@ std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const P
   return result;
 }
 
-std::atomic<bool> gAsyncEnabled{true};
+std::atomic<bool> gAsyncEnabled{backendConfig().async_path};
 
 }  // namespace
 

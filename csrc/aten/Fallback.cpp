@@ -23,7 +23,6 @@
 #include "aten/AsyncPath.h"
 
 #include "aten/AllocationRedirect.h"
-#include "aten/AsyncGeneric.h"
 #include "core/Generator.h"
 
 #include <ATen/EmptyTensor.h>
@@ -235,12 +234,6 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   c10::DeviceGuard guard(c10::Device(kNeuron, st.device));
   lazyInit();
 
-  // The arguments as passed (the asynchronous path returns them).
-  std::vector<c10::IValue> originals;
-  if (target == nullptr && !has_device_arg) {
-    originals.assign(stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
-  }
-
   // Most ops can run asynchronously in stream order; the rest run here.
   if (target == nullptr && tryAsyncPath(op, stack, st.device)) return;
   recordOp(name, OpPath::Fallback);
@@ -284,11 +277,6 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
   }
 
-  if (!originals.empty() &&
-      tryEnqueueGeneric(op, stack, begin, originals, st.device, name.c_str())) {
-    recordOp(info.counters, OpPath::GenericAsync);
-    return;
-  }
   recordOp(info.counters, OpPath::Fallback);
 
   // Synchronous: queued work on the current stream must finish before the

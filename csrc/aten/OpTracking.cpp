@@ -22,7 +22,6 @@ const char* opPathName(OpPath path) {
     case OpPath::Native: return "native";
     case OpPath::Async: return "async";
     case OpPath::Fallback: return "fallback";
-    case OpPath::GenericAsync: return "fallback_async";
   }
   return "unknown";
 }
@@ -49,8 +48,7 @@ std::map<std::string, OpRecord> executedOps() {
     r.native = c->count[0].load();
     r.async = c->count[1].load();
     r.fallback = c->count[2].load();
-    r.fallback_async = c->count[3].load();
-    if (r.native + r.async + r.fallback + r.fallback_async > 0) out.emplace(name, r);
+    if (r.native + r.async + r.fallback > 0) out.emplace(name, r);
   }
   return out;
 }

@@ -1,9 +1,9 @@
 // Which execution path each operator took on the neuron device:
 //   native          a dedicated kernel of this backend (factories, views, copies)
-//   async           a dedicated fast kernel queued on the current stream
-//   fallback        the generic path (the op's CPU kernel run on device memory),
-//                   synchronously
-//   fallback_async  the generic path queued on the current stream
+//   async           queued on the current stream: a dedicated fast kernel, or
+//                   the asynchronous generic path (AsyncPath.cpp)
+//   fallback        the synchronous generic path (the op's CPU kernel run on
+//                   device memory after the stream drained)
 // Exposed to Python as torchneuron.get_executed_ops()/get_fallback_ops().
 #pragma once
 
@@ -14,14 +14,14 @@
 
 namespace torchneuron {
 
-enum class OpPath : int { Native = 0, Async = 1, Fallback = 2, GenericAsync = 3 };
+enum class OpPath : int { Native = 0, Async = 1, Fallback = 2 };
 
 const char* opPathName(OpPath path);
 
 // Per-op counters; the pointer stays valid for the life of the process, so
 // hot kernels look it up once (static local) and count with one atomic add.
 struct OpCounters {
-  std::atomic<int64_t> count[4] = {0, 0, 0, 0};
+  std::atomic<int64_t> count[3] = {0, 0, 0};
 };
 OpCounters* opCounters(const std::string& op);
 
@@ -44,7 +44,6 @@ struct OpRecord {
   int64_t native = 0;
   int64_t async = 0;
   int64_t fallback = 0;
-  int64_t fallback_async = 0;
 };
 
 // A snapshot of every op recorded since the last clear.

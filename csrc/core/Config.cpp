@@ -18,26 +18,12 @@ bool readBool(const char* name, bool fallback) {
   return fallback;
 }
 
-int64_t readInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return fallback;
-  char* end = nullptr;
-  const long long parsed = std::strtoll(v, &end, 10);
-  if (end == v || *end != '\0' || parsed < 0) {
-    TORCH_WARN(name, "=", v, " is not a non-negative integer; using ", fallback);
-    return fallback;
-  }
-  return parsed;
-}
-
 }  // namespace
 
 const BackendConfig& backendConfig() {
   static const BackendConfig config = [] {
     BackendConfig c;
-    c.generic_async = readBool("TORCHNEURON_GENERIC_ASYNC", c.generic_async);
-    c.generic_async_min_numel =
-        readInt("TORCHNEURON_GENERIC_ASYNC_MIN_NUMEL", c.generic_async_min_numel);
+    c.async_path = readBool("TORCHNEURON_ASYNC", c.async_path);
     return c;
   }();
   return config;

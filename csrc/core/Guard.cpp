@@ -7,8 +7,6 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
-#include <mutex>
-#include <vector>
 
 namespace torchneuron {
 namespace {
@@ -17,40 +15,6 @@ constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 
 nrtEvent_t toEvent(void* event) {
   return static_cast<nrtEvent_t>(reinterpret_cast<uintptr_t>(event));
-}
-
-// Events are destroyed only once their latest record has completed: a stream
-// may still be queued to wait on it (torch.Event is routinely dropped right
-// after Stream.wait_event, which CUDA allows), and the runtime reuses a
-// destroyed event's slot.
-class DeferredEventDestroyer {
- public:
-  void destroy(nrtEvent_t ev) noexcept {
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(ev);
-    sweepLocked();
-  }
-
- private:
-  void sweepLocked() noexcept {
-    for (size_t i = 0; i < pending_.size();) {
-      if (nrtEventQuery(pending_[i]) == NRT_ERROR_NOT_READY) {
-        ++i;
-        continue;
-      }
-      (void)nrtEventDestroy(pending_[i]);
-      pending_[i] = pending_.back();
-      pending_.pop_back();
-    }
-  }
-
-  std::mutex mutex_;
-  std::vector<nrtEvent_t> pending_;
-};
-
-DeferredEventDestroyer& eventDestroyer() {
-  static auto* d = new DeferredEventDestroyer();
-  return *d;
 }
 
 struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
@@ -117,7 +81,9 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
     if (event == nullptr) return;
-    eventDestroyer().destroy(toEvent(event));
+    // Safe with records and waits still queued: the runtime keeps the event
+    // alive until they are done.
+    NEURON_WARN_IF_ERROR(nrtEventDestroy(toEvent(event)));
   }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,

@@ -1,7 +1,6 @@
 // torchneuron._C: the thin Python binding of the backend library. Everything
 // that can be reached through torch itself (streams, events, memory stats,
 // generators via torch.accelerator) is not duplicated here.
-#include "aten/AsyncGeneric.h"
 #include "aten/AsyncPath.h"
 #include "aten/Common.h"
 #include "aten/OpTracking.h"
@@ -56,7 +55,6 @@ py::dict pyExecutedOps() {
     r["native"] = rec.native;
     r["async"] = rec.async;
     r["fallback"] = rec.fallback;
-    r["fallback_async"] = rec.fallback_async;
     out[py::str(name)] = r;
   }
   return out;
@@ -110,8 +108,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_executed_ops", &pyExecutedOps);
   m.def("_fresh_output_copies", [] { return freshOutputCopies(); });
   m.def("_allocation_redirect_installed", [] { return allocationRedirectInstalled(); });
-  m.def("_generic_async_enabled", [] { return genericAsyncEnabled(); });
-  m.def("_set_generic_async", [](bool on) { setGenericAsyncEnabled(on); });
   m.def("_clear_op_tracking", [] { clearOpTracking(); });
   m.def("_set_async_path", [](bool on) { setAsyncPathEnabled(on); });
   m.def("_async_path_enabled", [] { return asyncPathEnabled(); });
