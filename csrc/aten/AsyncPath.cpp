@@ -41,7 +41,8 @@ namespace {
 // Per-operator plan, from the schema alone (computed once per operator).
 
 struct Plan {
-  bool eligible = false;
+  // Cleared (never set again) when the Meta pass shows the op cannot run here.
+  std::atomic<bool> eligible{false};
   std::string name;                      // "aten::foo.bar", names the kernel
   // The out= overload when some result is fresh; without one, the CPU
   // kernel's fresh results are copied into the device outputs.
@@ -91,73 +92,72 @@ std::optional<c10::OperatorHandle> findOutOverload(const c10::FunctionSchema& s,
   return out;
 }
 
-Plan makePlan(const c10::OperatorHandle& op) {
-  Plan p;
+void makePlan(const c10::OperatorHandle& op, Plan& p) {
   const c10::FunctionSchema& s = op.schema();
   p.name = fullName(s.operator_name());
-  if (s.is_vararg() || s.is_varret()) return p;
+  if (s.is_vararg() || s.is_varret()) return;
   const auto& args = s.arguments();
   bool anyWritten = false;
   for (const auto& a : args) {
     const c10::AliasInfo* ai = a.alias_info();
     bool written = ai && ai->isWrite();
-    if (ai && !written) return p;  // a view of an argument
-    if (written && !isTensorLike(a.type())) return p;
+    if (ai && !written) return;  // a view of an argument
+    if (written && !isTensorLike(a.type())) return;
     anyWritten |= written;
     p.writtenArg.push_back(written);
     p.generatorArg.push_back(isGenerator(a.type()));
   }
   for (const auto& r : s.returns()) {
-    if (r.type()->kind() != c10::TypeKind::TensorType) return p;
+    if (r.type()->kind() != c10::TypeKind::TensorType) return;
     const c10::AliasInfo* ai = r.alias_info();
     if (!ai) {
       p.returnArg.push_back(-1);
       p.numFresh++;
       continue;
     }
-    if (!ai->isWrite()) return p;
+    if (!ai->isWrite()) return;
     int found = -1;
     for (size_t i = 0; i < args.size(); ++i) {
       const c10::AliasInfo* aa = args[i].alias_info();
       if (aa && aa->isWrite() && aa->beforeSets() == ai->beforeSets()) found = static_cast<int>(i);
     }
-    if (found < 0) return p;
+    if (found < 0) return;
     p.returnArg.push_back(found);
   }
-  if (p.numFresh == 0 && !anyWritten) return p;  // nothing to compute (e.g. record_stream)
+  if (p.numFresh == 0 && !anyWritten) return;  // nothing to compute (e.g. record_stream)
   if (p.numFresh > 0) p.outOp = findOutOverload(s, p.numFresh);
-  p.eligible = true;
-  return p;
+  p.eligible.store(true);
+  return;
 }
 
-// Plans are cached per operator; an operator whose Meta pass raised
-// NotImplementedError is remembered as ineligible.
+// Plans are made once per operator and never freed (a thread-local map then
+// finds them without a lock); an operator whose Meta pass raised
+// NotImplementedError is marked ineligible in place.
 struct PlanCache {
   std::mutex mu;
-  std::unordered_map<c10::OperatorHandle, std::shared_ptr<Plan>> plans;
+  std::unordered_map<c10::OperatorHandle, Plan*> plans;
 };
 PlanCache& planCache() {
   static auto* cache = new PlanCache();
   return *cache;
 }
 
-std::shared_ptr<Plan> planFor(const c10::OperatorHandle& op) {
+Plan* planFor(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<c10::OperatorHandle, Plan*> local;
+  auto hit = local.find(op);
+  if (hit != local.end()) return hit->second;
   PlanCache& c = planCache();
   std::lock_guard<std::mutex> lk(c.mu);
-  auto it = c.plans.find(op);
-  if (it != c.plans.end()) return it->second;
-  auto plan = std::make_shared<Plan>(makePlan(op));
-  c.plans.emplace(op, plan);
+  Plan*& plan = c.plans[op];
+  if (!plan) {
+    plan = new Plan();
+    makePlan(op, *plan);
+  }
+  local.emplace(op, plan);
   return plan;
 }
 
-void markIneligible(const c10::OperatorHandle& op) {
-  PlanCache& c = planCache();
-  std::lock_guard<std::mutex> lk(c.mu);
-  auto plan = std::make_shared<Plan>();
-  plan->name = fullName(op.schema().operator_name());
-  c.plans[op] = plan;
-}
+void markIneligible(const c10::OperatorHandle& op) { planFor(op)->eligible.store(false); }
 
 // ---------------------------------------------------------------------------
 // What the executor needs to rebuild each argument.
@@ -489,8 +489,8 @@ bool asyncPathEnabled() { return gAsyncEnabled.load(); }
 bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   c10::DeviceIndex device) {
   if (!gAsyncEnabled.load(std::memory_order_relaxed)) return false;
-  std::shared_ptr<Plan> plan = planFor(op);
-  if (!plan->eligible) return false;
+  Plan* plan = planFor(op);
+  if (!plan->eligible.load(std::memory_order_relaxed)) return false;
   const size_t numArgs = plan->writtenArg.size();
   const size_t begin = stack->size() - numArgs;
 

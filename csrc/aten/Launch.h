@@ -7,15 +7,16 @@
 #include <c10/util/Exception.h>
 
 #include <exception>
-#include <functional>
+#include <type_traits>
 #include <memory>
 #include <utility>
 
 namespace torchneuron {
 
 namespace detail {
-inline nrtStatus runClosure(void* args) {
-  std::unique_ptr<std::function<void()>> fn(*static_cast<std::function<void()>**>(args));
+template <class F>
+nrtStatus runClosure(void* args) {
+  std::unique_ptr<F> fn(*static_cast<F**>(args));
   try {
     (*fn)();
   } catch (const c10::Error& e) {
@@ -35,11 +36,14 @@ inline nrtStatus runClosure(void* args) {
 // Queues `fn` on `stream`; it runs on the device executor in stream order.
 // The closure must not own device memory (tensors): the caching allocator's
 // stream-ordered reuse keeps the memory valid; it must capture raw pointers
-// and metadata only.
-inline void launchOnStream(const NeuronStream& stream, const char* name, std::function<void()> fn) {
-  auto* heap = new std::function<void()>(std::move(fn));
+// and metadata only. The closure is moved to the heap once (no std::function
+// wrapper): launches are on every op's path.
+template <class F>
+void launchOnStream(const NeuronStream& stream, const char* name, F&& fn) {
+  using Fn = std::decay_t<F>;
+  auto* heap = new Fn(std::forward<F>(fn));
   const nrtStatus st =
-      nrtLaunchKernel(stream.handle(), name, &detail::runClosure, &heap, sizeof(heap));
+      nrtLaunchKernel(stream.handle(), name, &detail::runClosure<Fn>, &heap, sizeof(heap));
   if (st != NRT_SUCCESS && st != NRT_ERROR_KERNEL_FAILED) {
     // Not queued: we still own the closure.
     delete heap;
