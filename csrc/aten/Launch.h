@@ -6,6 +6,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <exception>
 #include <type_traits>
 #include <memory>
@@ -14,22 +15,61 @@
 namespace torchneuron {
 
 namespace detail {
+
+// Closures are allocated by the launching (host) thread and would be freed
+// by the executor thread; freeing across threads makes the two contend in
+// the C allocator. So a finished closure is parked on a lock-free list and
+// freed by the next launch, on the host side.
+struct DeadClosure {
+  DeadClosure* next = nullptr;
+  void (*destroy)(DeadClosure*) = nullptr;
+};
+inline std::atomic<DeadClosure*>& deadClosures() {
+  static std::atomic<DeadClosure*> head{nullptr};
+  return head;
+}
+inline void buryClosure(DeadClosure* c) {
+  auto& head = deadClosures();
+  c->next = head.load(std::memory_order_relaxed);
+  while (!head.compare_exchange_weak(c->next, c, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+  }
+}
+inline void freeDeadClosures() {
+  DeadClosure* c = deadClosures().exchange(nullptr, std::memory_order_acquire);
+  while (c != nullptr) {
+    DeadClosure* next = c->next;
+    c->destroy(c);
+    c = next;
+  }
+}
+
+template <class F>
+struct Closure : DeadClosure {
+  explicit Closure(F&& f) : fn(std::move(f)) {
+    destroy = [](DeadClosure* self) { delete static_cast<Closure*>(self); };
+  }
+  F fn;
+};
+
 template <class F>
 nrtStatus runClosure(void* args) {
-  std::unique_ptr<F> fn(*static_cast<F**>(args));
+  auto* closure = *static_cast<Closure<F>**>(args);
+  nrtStatus status = NRT_SUCCESS;
   try {
-    (*fn)();
+    closure->fn();
   } catch (const c10::Error& e) {
     nrtKernelSetError(e.what_without_backtrace());
-    return NRT_ERROR_KERNEL_FAILED;
+    status = NRT_ERROR_KERNEL_FAILED;
   } catch (const std::exception& e) {
     nrtKernelSetError(e.what());
-    return NRT_ERROR_KERNEL_FAILED;
+    status = NRT_ERROR_KERNEL_FAILED;
   } catch (...) {
     nrtKernelSetError("unknown exception");
-    return NRT_ERROR_KERNEL_FAILED;
+    status = NRT_ERROR_KERNEL_FAILED;
   }
-  return NRT_SUCCESS;
+  buryClosure(closure);
+  return status;
 }
 }  // namespace detail
 
@@ -41,7 +81,8 @@ nrtStatus runClosure(void* args) {
 template <class F>
 void launchOnStream(const NeuronStream& stream, const char* name, F&& fn) {
   using Fn = std::decay_t<F>;
-  auto* heap = new Fn(std::forward<F>(fn));
+  detail::freeDeadClosures();
+  auto* heap = new detail::Closure<Fn>(Fn(std::forward<F>(fn)));
   const nrtStatus st =
       nrtLaunchKernel(stream.handle(), name, &detail::runClosure<Fn>, &heap, sizeof(heap));
   if (st != NRT_SUCCESS && st != NRT_ERROR_KERNEL_FAILED) {

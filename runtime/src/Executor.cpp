@@ -175,8 +175,7 @@ void Executor::workerLoop() {
     // per task, keeps the host thread's enqueues from contending with us.
     batch.clear();
     while (!s->queue.empty() && batch.size() < kBatch) {
-      batch.push_back(std::move(s->queue.front()));
-      s->queue.pop_front();
+      batch.push_back(s->queue.take_front());
     }
     s->state = Stream::kRunning;
     KernelErrorPtr errorBefore = s->error;  // failures queued before this batch

@@ -4,10 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 
 #include "Status.h"
-#include "Task.h"
+#include "TaskQueue.h"
 
 namespace nrt {
 
@@ -27,7 +26,7 @@ struct Stream {
   int level = 0;  // index into the executor's ready lists (0 = highest)
   Executor* executor = nullptr;
 
-  std::deque<Task> queue;
+  TaskQueue queue;
   State state = kIdle;
   bool resumeRequested = false;  // an event completed while we were running
   uint64_t enqueued = 0;
