@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import torchneuron
-from conftest import assert_same
+from conftest import assert_same, requires_async
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
           torch.int32, torch.int8, torch.uint8, torch.bool, torch.complex64]
@@ -190,3 +190,14 @@ def test_clone_and_contiguous():
     assert torch.equal(c.cpu(), cpu.t().contiguous())
     d = x.clone()
     assert d.data_ptr() != x.data_ptr() and torch.equal(d.cpu(), cpu)
+
+
+@requires_async
+def test_non_blocking_upload_from_pageable_memory_is_staged_not_waited():
+    cpu = torch.randn(1000)
+    torch.neuron._sleep(200_000)  # the stream is busy
+    x = cpu.to("neuron", non_blocking=True)
+    assert not torch.neuron.current_stream().query()  # the host did not wait
+    expected = cpu.clone()
+    cpu.fill_(-1.0)  # the source may be reused at once: the data was staged
+    assert torch.equal(x.cpu(), expected)

@@ -3,7 +3,9 @@
 //
 // Dense copies with matching dtype and layout are a single runtime copy:
 //   H2D / D2H  nrtMemcpy (synchronous), or nrtMemcpyAsync on the current
-//              stream when non_blocking and the host side is pinned memory;
+//              stream when non_blocking and the host side is pinned memory
+//              (non_blocking H2D from pageable memory is staged in pinned
+//              memory first, like CUDA);
 //   D2D        nrtMemcpyAsync on the current stream (same device) or a
 //              synchronous nrtMemcpy (across devices).
 // Anything else (dtype conversion, non-dense layouts, broadcasting, conj/neg
@@ -19,6 +21,8 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
+
+#include <cstring>
 
 namespace torchneuron {
 namespace {
@@ -49,6 +53,12 @@ at::Tensor emptyDeviceLike(const at::Tensor& like, c10::DeviceIndex device, at::
                                    std::nullopt);
 }
 
+// True when p is device memory (a CPU tensor of the generic path may alias it).
+bool isDevicePtr(const void* p) {
+  nrtPointerAttributes attr{};
+  return nrtPointerGetAttributes(&attr, p) == NRT_SUCCESS && attr.type == nrtMemoryTypeDevice;
+}
+
 // Same-device copy with conversion: runs CPU copy_ over aliased memory after
 // the current stream's queued work (synchronous).
 void copyOnDevice(const at::Tensor& src, const at::Tensor& dst) {
@@ -67,6 +77,16 @@ void hostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
       NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), host, nbytes, nrtMemcpyHostToDevice,
                                   stream.handle()));
       getHostAllocator()->record_event(host, src.storage().data_ptr().get_context(), stream);
+    } else if (non_blocking && !isDevicePtr(host)) {
+      // Pageable memory: stage it in pinned memory now, then copy in stream
+      // order without waiting for the device (what CUDA does for
+      // cudaMemcpyAsync from pageable memory). The caller may reuse src at once.
+      auto stream = getCurrentStream(dst.device().index());
+      at::DataPtr staging = getHostAllocator()->allocate(nbytes);
+      std::memcpy(staging.get(), host, nbytes);
+      NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), staging.get(), nbytes, nrtMemcpyHostToDevice,
+                                  stream.handle()));
+      getHostAllocator()->record_event(staging.get(), staging.get_context(), stream);
     } else {
       // Default: a CPU tensor of the generic path may hold device memory.
       NEURON_CHECK(nrtMemcpy(dst.data_ptr(), host, nbytes, nrtMemcpyDefault));
