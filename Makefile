@@ -56,9 +56,12 @@ ifneq ($(BACKEND),)
 	MAX_JOBS=$(JOBS) $(PYTHON) -m pip install -q --no-build-isolation -e .
 endif
 
+# The suites run twice: as shipped, and with NEURON_LAUNCH_BLOCKING=1 (every
+# launch synchronous; tests that observe asynchrony skip themselves).
 python-tests: backend
 ifneq ($(BACKEND),)
 	$(PYTHON) -m pytest -q tests
+	NEURON_LAUNCH_BLOCKING=1 $(PYTHON) -m pytest -q tests
 endif
 
 test: runtime-tests sanitize python-tests
