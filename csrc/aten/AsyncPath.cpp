@@ -274,6 +274,13 @@ void keyTensor(std::string& key, const at::Tensor& t) {
   for (int64_t v : t.strides()) keyPut(key, v);
 }
 
+template <class T, class List>
+void keyList(std::string& key, char tag, const List& list) {
+  keyPut<int8_t>(key, tag);
+  for (const auto& v : list) keyPut<T>(key, static_cast<T>(v));
+  keyPut<int8_t>(key, ';');
+}
+
 // Appends a non-tensor argument; false when it cannot be part of a key.
 bool keyValue(std::string& key, const c10::IValue& iv) {
   if (iv.isNone()) return keyPut<int8_t>(key, 'n'), true;
@@ -282,24 +289,9 @@ bool keyValue(std::string& key, const c10::IValue& iv) {
   if (iv.isBool()) return keyPut<int8_t>(key, 'b'), keyPut(key, iv.toBool()), true;
   if (iv.isComplexDouble())
     return keyPut<int8_t>(key, 'c'), keyPut(key, iv.toComplexDouble()), true;
-  if (iv.isIntList()) {
-    keyPut<int8_t>(key, 'I');
-    for (int64_t v : iv.toIntList()) keyPut(key, v);
-    keyPut<int8_t>(key, ';');
-    return true;
-  }
-  if (iv.isDoubleList()) {
-    keyPut<int8_t>(key, 'F');
-    for (double v : iv.toDoubleList()) keyPut(key, v);
-    keyPut<int8_t>(key, ';');
-    return true;
-  }
-  if (iv.isBoolList()) {
-    keyPut<int8_t>(key, 'B');
-    for (bool v : iv.toBoolList()) keyPut(key, v);
-    keyPut<int8_t>(key, ';');
-    return true;
-  }
+  if (iv.isIntList()) return keyList<int64_t>(key, 'I', iv.toIntList()), true;
+  if (iv.isDoubleList()) return keyList<double>(key, 'F', iv.toDoubleList()), true;
+  if (iv.isBoolList()) return keyList<bool>(key, 'B', iv.toBoolList()), true;
   if (iv.isString()) {
     keyPut<int8_t>(key, 's');
     key.append(iv.toStringRef());
@@ -378,7 +370,7 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
       slot.value = c10::Device(c10::DeviceType::CPU);
       keyPut<int8_t>(p.key, 'D');
     } else if (plan.generatorArg[i]) {
-      slot.value = iv;  // derived at enqueue (see deriveGenerators)
+      slot.value = iv;  // derived once the op is certain to be queued
       p.generatorSlots.push_back(i);
       keyPut<int8_t>(p.key, 'G');
     } else {
