@@ -2,8 +2,8 @@
 #   make demo   set up, build, run the main job
 #   make test   set up, build, run every test (runtime suites also under
 #               ASan+UBSan and TSan; the Python suites on the neuron device)
-# Other targets: build, bench, bench-py, python-tests, runtime-tests,
-# runtime-demo, sanitize, clean.
+# Other targets: build, bench, bench-py, conformance, python-tests,
+# runtime-tests, runtime-demo, sanitize, clean.
 
 VENV ?= $(HOME)/.cache/torchneuron/venv
 PYTHON := $(VENV)/bin/python
@@ -16,7 +16,7 @@ export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
 .PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
-        asan tsan backend python-tests clean
+        asan tsan backend python-tests conformance clean
 
 all: build
 
@@ -65,6 +65,11 @@ ifneq ($(BACKEND),)
 endif
 
 test: runtime-tests sanitize python-tests
+
+# Every OpInfo in PyTorch's op_db on neuron vs CPU; report in build/conformance.json.
+conformance: backend
+	@mkdir -p build
+	$(PYTHON) tests/conformance/opinfo.py --report build/conformance.json
 
 bench: build
 	./build/bench/runtime_bench

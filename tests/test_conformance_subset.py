@@ -1,0 +1,35 @@
+"""A representative slice of the OpInfo conformance run (tests/conformance):
+the same samples on neuron and on CPU, bitwise equal, for ops across the
+families a training step uses. `make conformance` runs every op in op_db."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "conformance"))
+import opinfo  # noqa: E402
+
+SUBSET = [
+    # pointwise, unary and binary, with type promotion and broadcasting
+    "add", "sub", "mul", "div", "pow", "abs", "neg", "exp", "log", "sin", "tanh", "sigmoid",
+    "clamp", "where", "lerp", "addcmul",
+    # reductions and scans
+    "sum", "mean", "amax", "argmax", "std", "var", "cumsum", "logsumexp",
+    # linear algebra
+    "mm", "bmm", "addmm", "matmul",
+    # indexing, shape and data movement
+    "index_select", "gather", "scatter_add", "cat", "stack", "masked_fill", "nonzero",
+    "sort", "topk", "flip", "roll", "tril",
+    # nn functional
+    "softmax", "log_softmax", "nn.functional.gelu", "nn.functional.relu",
+    "nn.functional.layer_norm", "nn.functional.embedding", "nn.functional.cross_entropy",
+    "nn.functional.conv2d",
+]
+
+
+def test_opinfo_subset_matches_cpu():
+    records = opinfo.run(SUBSET, list(opinfo.DTYPES), max_samples=4, chunk=len(SUBSET))
+    counts, unexpected = opinfo.summarize(records, opinfo.load_expected())
+    assert counts["pass"] > 150, counts  # the slice really ran
+    assert not unexpected, "\n".join(
+        f"{r['status']} {r['op']} {r['dtype']} {r['check']}: {r['detail']}" for r in unexpected)
