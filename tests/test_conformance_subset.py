@@ -23,7 +23,7 @@ SUBSET = [
     # nn functional
     "softmax", "log_softmax", "nn.functional.gelu", "nn.functional.relu",
     "nn.functional.layer_norm", "nn.functional.embedding", "nn.functional.cross_entropy",
-    "nn.functional.conv2d",
+    "nn.functional.conv2d", "nn.functional.mse_loss", "nn.functional.batch_norm",
 ]
 
 

@@ -33,6 +33,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace torchneuron {
 namespace {
@@ -92,9 +93,35 @@ std::optional<c10::OperatorHandle> findOutOverload(const c10::FunctionSchema& s,
   return out;
 }
 
+// Ops whose Meta kernel disagrees with CPU's kernel about an output's shape
+// (found by tests/conformance/opinfo.py): the CPU kernel would resize the
+// output the host already handed out, so they run synchronously.
+bool metaDisagreesWithCpu(const std::string& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::mse_loss.out",          "aten::smooth_l1_loss.out",
+      "aten::huber_loss",            "aten::huber_loss.out",
+      "aten::binary_cross_entropy",
+      "aten::binary_cross_entropy.out", "aten::_embedding_bag_forward_only",
+      "aten::_embedding_bag",
+  };
+  return ops.count(name) > 0;
+}
+
+// Per-call exceptions: batch norm in eval mode returns empty statistics on
+// CPU, where its Meta kernel returns per-channel ones.
+bool cpuShapesDependOnArguments(const std::string& name, const torch::jit::Stack& stack,
+                                size_t begin) {
+  if (name == "aten::native_batch_norm" || name == "aten::_native_batch_norm_legit") {
+    const c10::IValue& training = stack[begin + 5];
+    return training.isBool() && !training.toBool();
+  }
+  return false;
+}
+
 void makePlan(const c10::OperatorHandle& op, Plan& p) {
   const c10::FunctionSchema& s = op.schema();
   p.name = fullName(s.operator_name());
+  if (metaDisagreesWithCpu(p.name)) return;
   if (s.is_vararg() || s.is_varret()) return;
   const auto& args = s.arguments();
   bool anyWritten = false;
@@ -485,6 +512,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (!plan->eligible.load(std::memory_order_relaxed)) return false;
   const size_t numArgs = plan->writtenArg.size();
   const size_t begin = stack->size() - numArgs;
+  if (cpuShapesDependOnArguments(plan->name, *stack, begin)) return false;
 
   Prepared p;
   if (!prepare(*plan, *stack, begin, device, p)) return false;

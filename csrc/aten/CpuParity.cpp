@@ -52,6 +52,7 @@ const std::unordered_set<std::string>& explicitOps() {
   static const std::unordered_set<std::string> ops = {
       "aten::convolution",
       "aten::convolution_backward",
+      "aten::conj_physical_",  // its composite calls a DispatchStub only CPU/CUDA fill
   };
   return ops;
 }
