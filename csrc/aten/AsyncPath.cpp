@@ -44,7 +44,8 @@ namespace {
 struct Plan {
   // Cleared (never set again) when the Meta pass shows the op cannot run here.
   std::atomic<bool> eligible{false};
-  std::string name;                      // "aten::foo.bar", names the kernel
+  std::string name;  // "aten::foo.bar", names the kernel
+  OpCounters* counters = nullptr;  // op tracking, looked up once
   // The out= overload when some result is fresh; without one, the CPU
   // kernel's fresh results are copied into the device outputs.
   std::optional<c10::OperatorHandle> outOp;
@@ -121,6 +122,7 @@ bool cpuShapesDependOnArguments(const std::string& name, const torch::jit::Stack
 void makePlan(const c10::OperatorHandle& op, Plan& p) {
   const c10::FunctionSchema& s = op.schema();
   p.name = fullName(s.operator_name());
+  p.counters = opCounters(p.name);
   if (metaDisagreesWithCpu(p.name)) return;
   if (s.is_vararg() || s.is_varret()) return;
   const auto& args = s.arguments();
@@ -558,7 +560,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (const at::Tensor& t : fresh) {
     outs.push_back(t.defined() ? std::optional<TensorRef>(t) : std::nullopt);
   }
-  recordOp(plan->name, OpPath::Async);
+  recordOp(plan->counters, OpPath::Async);
   // out= overloads want every result; undefined ones go through a copy.
   const bool viaOut = plan->outOp.has_value() && meta->allFreshDefined;
   c10::OperatorHandle target = viaOut ? *plan->outOp : op;

@@ -236,7 +236,6 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   // Most ops can run asynchronously in stream order; the rest run here.
   if (target == nullptr && tryAsyncPath(op, stack, st.device)) return;
-  recordOp(name, OpPath::Fallback);
 
   // Pass 2: replace arguments.
   for (size_t i = 0; i < num_args; ++i) {
