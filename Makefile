@@ -53,7 +53,7 @@ sanitize: asan tsan
 # The PyTorch backend, built by setup.py against the venv's torch.
 backend: venv
 ifneq ($(BACKEND),)
-	MAX_JOBS=$(JOBS) $(PYTHON) -m pip install -q --no-build-isolation -e .
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 MAX_JOBS=$(JOBS) $(PYTHON) -m pip install -q --no-build-isolation -e .
 endif
 
 # The suites run twice: as shipped, and with NEURON_LAUNCH_BLOCKING=1 (every

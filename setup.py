@@ -33,6 +33,10 @@ class CMakeExtension(Extension):
 
 class CMakeBuild(build_ext):
     def run(self):
+        # Building must not load a previously installed torchneuron through
+        # torch's backend autoload (it may be stale, or point at a deleted
+        # checkout).
+        os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
         import torch
         from torch.utils import cpp_extension
 
