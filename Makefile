@@ -70,6 +70,7 @@ test: runtime-tests sanitize python-tests
 conformance: backend
 	@mkdir -p build
 	$(PYTHON) tests/conformance/opinfo.py --report build/conformance.json
+	$(PYTHON) tests/conformance/modules.py --report build/modules.json
 
 bench: build
 	./build/bench/runtime_bench
