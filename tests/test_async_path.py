@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import torchneuron
 
-from conftest import assert_same, requires_async, run_python
+from conftest import LAUNCH_BLOCKING, assert_same, requires_async, run_python
 
 
 @pytest.fixture
@@ -21,6 +21,7 @@ def both_paths():
 def test_ops_queue_behind_running_work():
     x = torch.randn(256, 256)
     nx = x.to("neuron")
+    (nx @ nx).relu().sum(0)  # first calls of each kind run inline (checked against Meta)
     torch.neuron.synchronize()
     torch.neuron._sleep(300_000)  # the stream is busy for 300 ms
     torchneuron.clear_op_tracking()
@@ -35,6 +36,7 @@ def test_ops_queue_behind_running_work():
 @requires_async
 def test_kernel_error_surfaces_at_sync_with_op_name_and_device_recovers():
     weight = torch.randn(10, 4, device="neuron")
+    F.embedding(torch.tensor([0, 1], device="neuron"), weight)  # the first call ran inline
     bad = torch.tensor([1, 42], device="neuron")  # 42 is out of range
     out = F.embedding(bad, weight)  # queued; the bounds check runs on the device
     with pytest.raises(RuntimeError, match=r"aten::index_select.*out of range|index out of range"):
@@ -49,6 +51,7 @@ def test_launch_blocking_reports_error_at_the_op():
         """
         import torch, torch.nn.functional as F
         w = torch.randn(10, 4, device="neuron")
+        F.embedding(torch.tensor([1], device="neuron"), w)  # first of its kind: inline
         try:
             F.embedding(torch.tensor([42], device="neuron"), w)
         except RuntimeError as e:
@@ -114,3 +117,67 @@ def test_data_dependent_ops_take_the_synchronous_path():
     assert "aten::nonzero" in torchneuron.get_fallback_ops()
     assert torchneuron.get_op_paths()["aten::nonzero"]["fallback"] == 1  # counted once per call
     assert_same(nx[nx > 0], x[x > 0])
+
+
+def test_first_call_of_a_kind_runs_inline_then_queues():
+    x = torch.randn(64, 64, dtype=torch.float64)
+    nx = x.to("neuron")
+    torch.cosh(nx)  # first call with float64 contiguous 2-d: inline, checked
+    torch.neuron.synchronize()
+    if not LAUNCH_BLOCKING:
+        torch.neuron._sleep(200_000)
+        y = torch.cosh(torch.randn(3, 7, dtype=torch.float64, device="neuron"))  # same kind,
+        assert not torch.neuron.current_stream().query()  # other shape: queued
+        y.cpu()
+    torchneuron.clear_op_tracking()
+    assert_same(torch.cosh(nx), torch.cosh(x))
+    assert torchneuron.get_op_paths()["aten::cosh"]["async"] == 1
+
+
+@pytest.mark.parametrize("case", ["layer_norm_half", "mse_loss_sum", "multilabel_margin_1d",
+                                  "batch_norm_eval", "embedding_bag_mean"])
+def test_meta_kernels_that_disagree_with_cpu_give_cpus_results(case):
+    """Where PyTorch's Meta kernel predicts another dtype or shape than CPU's
+    kernel produces, the first call notices and the op runs synchronously:
+    results equal CPU's, every time (a loop calls it again)."""
+    torch.manual_seed(0)
+    if case == "layer_norm_half":
+        args = (torch.randn(4, 8, dtype=torch.float16), [8])
+        fn = lambda x, s: torch.native_layer_norm(x, s, None, None, 1e-5)  # noqa: E731
+    elif case == "mse_loss_sum":
+        args = (torch.randn(5, 3), torch.randn(5, 3))
+        fn = lambda a, b: F.mse_loss(a, b, reduction="sum")  # noqa: E731
+    elif case == "multilabel_margin_1d":
+        args = (torch.randn(10), torch.randint(0, 10, (10,)))
+        fn = lambda a, b: F.multilabel_margin_loss(a, b, reduction="none")  # noqa: E731
+    elif case == "batch_norm_eval":
+        args = (torch.randn(4, 3, 5), torch.zeros(3), torch.ones(3))
+        fn = lambda x, m, v: F.batch_norm(x, m, v, training=False)  # noqa: E731
+    else:
+        args = (torch.randint(0, 10, (2, 4)), torch.randn(10, 3))
+        fn = lambda i, w: F.embedding_bag(i, w, mode="mean")  # noqa: E731
+    expected = fn(*args)
+    dev = [a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args]
+    for _ in range(3):
+        assert_same(fn(*dev), expected, rtol=0, atol=0)
+
+
+def test_inplace_op_cannot_grow_self_by_broadcasting():
+    for op in ("logical_and_", "add_", "ldexp_"):
+        a = torch.ones(5, 1, device="neuron")
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            getattr(a, op)(torch.ones(5, device="neuron"))
+        assert a.shape == (5, 1)  # untouched, and the device keeps working
+        assert_same(a + 1, torch.full((5, 1), 2.0))
+
+
+def test_batch_norm_training_on_a_non_contiguous_input():
+    """CPU's out= kernel for training batch norm misreads non-contiguous
+    inputs; neuron uses the functional kernel for them."""
+    x = torch.randn(2, 3, 8)[..., ::2]
+    expected = torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)
+    nx = torch.randn(2, 3, 8, device="neuron")[..., ::2]
+    nx.copy_(x.to("neuron"))
+    for _ in range(2):
+        got = torch.ops.aten.native_batch_norm(nx, None, None, None, None, True, 0.1, 1e-5)
+        assert_same(got, expected, rtol=0, atol=0)

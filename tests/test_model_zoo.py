@@ -38,15 +38,12 @@ import torch.nn.functional as F
 import torchneuron
 from conftest import NEURON
 
-torchvision = pytest.importorskip("torchvision")
-transformers = pytest.importorskip("transformers")
+import torchvision  # noqa: E402  (test dependencies: scripts/setup.sh installs them)
+import transformers  # noqa: E402
 
 EXACT = dict(rtol=0, atol=0)
 
 # Backend bugs that break zoo tests (each has a minimal test below).
-SILU_BACKWARD = ("silu_backward on neuron runs the CompositeImplicitAutograd decomposition, not "
-                 "CPU's kernel: gradients through SiLU differ from CPU in the last bits "
-                 "(test_silu_and_mish_backward_match_cpu)")
 HISTC_INT = ("torch.histc on an int32 tensor fails on neuron (CPU's kernel has no integer "
              "histc; transformers' grouped_mm MoE uses int input on every device but "
              "cpu/mps, as CUDA supports it) (test_histc_integer_input)")
@@ -142,10 +139,6 @@ def check_model(make_model, inputs, loss_fn):
     torch.manual_seed(0)
     cpu_model = make_model()
     dev_model = copy.deepcopy(cpu_model).to(NEURON)
-    if hasattr(dev_model, "tie_weights"):
-        # Module.to("neuron") unties shared parameters (test_module_to_keeps_tied_parameters,
-        # xfail); re-tie transformers models as their loaders do. A no-op once ties survive.
-        dev_model.tie_weights()
     assert _sharing(dev_model) == _sharing(cpu_model), "parameter sharing differs"
     dev_inputs = _to(inputs, NEURON)
     torchneuron.clear_op_tracking()
@@ -249,7 +242,6 @@ def _hf_loss(out):
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=SILU_BACKWARD)
 def test_llama(attn):
     """RMSNorm, rotary embeddings, grouped-query attention (SDPA and eager), SwiGLU MLP."""
     config = _llama_config(attn_implementation=attn)
@@ -293,9 +285,8 @@ def test_t5():
 @pytest.mark.parametrize("experts", [
     # (NotImplementedError, raised at the op or at the next synchronization, is a RuntimeError.)
     pytest.param("grouped_mm", marks=pytest.mark.xfail(
-        strict=True, raises=RuntimeError, reason=f"{HISTC_INT}; then {SILU_BACKWARD}")),
-    pytest.param("eager", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason=SILU_BACKWARD)),
+        strict=True, raises=RuntimeError, reason=HISTC_INT)),
+    "eager",
 ])
 def test_mixtral_moe(experts):
     """Sparse mixture of experts (4 experts, top 2): router softmax/top-k, token dispatch,
@@ -322,7 +313,6 @@ def test_generate_greedy(arch):
         model = transformers.GPT2LMHeadModel(_gpt2_config())
     model.eval()
     dev_model = copy.deepcopy(model).to(NEURON)
-    dev_model.tie_weights()  # see check_model
     ids = _tokens(n=2, length=5)
     mask = torch.ones_like(ids)
     mask[1, :2] = 0
@@ -341,11 +331,6 @@ def test_generate_greedy(arch):
 # Minimal tests for the backend bugs the zoo found (xfail until fixed)
 # ----------------------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "Module.to('neuron') gives each module its own copy of a shared parameter: "
-    "torch._has_compatible_shallow_copy_type(cpu, neuron) is False (c10 lists no "
-    "PrivateUse1 among dense backends), so Module._apply makes new Parameters instead "
-    "of assigning .data; GPT-2/BERT/T5 then train an untied model"))
 def test_module_to_keeps_tied_parameters():
     """Tied weights (an LM head sharing the embedding) stay one parameter after .to(), as on CUDA."""
     model = nn.Module()
@@ -359,10 +344,6 @@ def test_module_to_keeps_tied_parameters():
 
 
 @pytest.mark.parametrize("op", ["silu_backward", "mish_backward"])
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "CPU has a kernel of its own, other backends get the CompositeImplicitAutograd "
-    "decomposition, which CpuParity.cpp does not reroute (it handles CPU + "
-    "CompositeExplicitAutograd only); differs from CPU in the last bits"))
 def test_silu_and_mish_backward_match_cpu(op):
     """The backward of SiLU (Llama, Mixtral, ... MLPs) and Mish must be CPU's bits."""
     g = torch.Generator().manual_seed(0)

@@ -33,7 +33,6 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace torchneuron {
 namespace {
@@ -94,36 +93,10 @@ std::optional<c10::OperatorHandle> findOutOverload(const c10::FunctionSchema& s,
   return out;
 }
 
-// Ops whose Meta kernel disagrees with CPU's kernel about an output's shape
-// (found by tests/conformance/opinfo.py): the CPU kernel would resize the
-// output the host already handed out, so they run synchronously.
-bool metaDisagreesWithCpu(const std::string& name) {
-  static const std::unordered_set<std::string> ops = {
-      "aten::mse_loss.out",          "aten::smooth_l1_loss.out",
-      "aten::huber_loss",            "aten::huber_loss.out",
-      "aten::binary_cross_entropy",
-      "aten::binary_cross_entropy.out", "aten::_embedding_bag_forward_only",
-      "aten::_embedding_bag",
-  };
-  return ops.count(name) > 0;
-}
-
-// Per-call exceptions: batch norm in eval mode returns empty statistics on
-// CPU, where its Meta kernel returns per-channel ones.
-bool cpuShapesDependOnArguments(const std::string& name, const torch::jit::Stack& stack,
-                                size_t begin) {
-  if (name == "aten::native_batch_norm" || name == "aten::_native_batch_norm_legit") {
-    const c10::IValue& training = stack[begin + 5];
-    return training.isBool() && !training.toBool();
-  }
-  return false;
-}
-
 void makePlan(const c10::OperatorHandle& op, Plan& p) {
   const c10::FunctionSchema& s = op.schema();
   p.name = fullName(s.operator_name());
   p.counters = opCounters(p.name);
-  if (metaDisagreesWithCpu(p.name)) return;
   if (s.is_vararg() || s.is_varret()) return;
   const auto& args = s.arguments();
   bool anyWritten = false;
@@ -260,6 +233,8 @@ struct Prepared {
 // What the Meta pass tells us: the final layout of every written tensor and
 // of every fresh result. It depends only on argument metadata, so it is
 // cached per (op, metadata): a training loop pays for it once per shape.
+}  // namespace
+
 struct TensorMeta {
   c10::SmallVector<int64_t, 5> sizes;
   c10::SmallVector<int64_t, 5> strides;
@@ -274,7 +249,14 @@ struct MetaResult {
   std::vector<TensorMeta> written;
   std::vector<std::optional<TensorMeta>> fresh;  // nullopt: an undefined result
   bool allFreshDefined = true;
+  // Whether CPU's kernel agrees with this Meta pass (see VerdictCache).
+  mutable std::atomic<int> verdict{kUnverified};
+  // kFunctional: the out= overload disagrees but the functional kernel (its
+  // results copied into place) agrees.
+  enum Verdict : int { kUnverified, kAgrees, kFunctional, kDisagrees };
 };
+
+namespace {
 
 struct MetaCache {
   static constexpr size_t kMaxEntries = 16384;
@@ -329,6 +311,68 @@ bool keyValue(std::string& key, const c10::IValue& iv) {
   }
   if (iv.isDevice()) return keyPut<int8_t>(key, 'v'), keyPut(key, iv.toDevice().index()), true;
   return false;
+}
+
+// Meta kernels are not CPU's kernels: a few disagree with CPU's out= kernel
+// about a result's dtype or shape (statistics of reduced-precision norms,
+// losses that reduce in place of their out=, eval-mode batch norm). So the
+// first call of an op with a given *kind* of arguments (dtypes, ranks,
+// contiguity and plain values, not sizes) runs inline on the host, and the
+// kernel must write into exactly the layouts the Meta pass gave; the verdict
+// is kept per kind, so a loop whose shapes change (decoding) stays
+// asynchronous. The queued kernel checks the layouts again, every time, and
+// reports a disagreement as an error naming the op, never a wrong result.
+struct VerdictCache {
+  std::mutex mu;
+  std::unordered_map<std::string, int> verdicts;
+};
+VerdictCache& verdictCache() {
+  static auto* cache = new VerdictCache();
+  return *cache;
+}
+
+void kindOfTensor(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) return keyPut<int8_t>(key, -1);
+  keyPut<int8_t>(key, static_cast<int8_t>(t.scalar_type()));
+  keyPut<int8_t>(key, isNeuron(t) ? 1 : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 2 : 3));
+  keyPut<int8_t>(key, static_cast<int8_t>(t.dim()));
+  keyPut<int8_t>(key, t.is_contiguous() ? 1 : (t.is_non_overlapping_and_dense() ? 2 : 3));
+  keyPut<int8_t>(key, t.numel() == 0);
+}
+
+bool keyValue(std::string& key, const c10::IValue& iv);
+
+}  // namespace
+
+void recordVerdict(const std::string& kind, int verdict) {
+  if (kind.empty()) return;
+  VerdictCache& vc = verdictCache();
+  std::lock_guard<std::mutex> lk(vc.mu);
+  if (vc.verdicts.size() >= 65536) vc.verdicts.clear();
+  vc.verdicts[kind] = verdict;
+}
+
+namespace {
+
+std::string kindKey(const void* plan, const torch::jit::Stack& stack, size_t begin, size_t n) {
+  std::string key;
+  keyPut(key, plan);
+  for (size_t i = begin; i < begin + n; ++i) {
+    const c10::IValue& iv = stack[i];
+    if (iv.isTensor()) {
+      kindOfTensor(key, iv.toTensor());
+    } else if (iv.isTensorList()) {
+      keyPut<int8_t>(key, 'L');
+      for (const at::Tensor& t : iv.toTensorList()) kindOfTensor(key, t);
+    } else if (iv.isOptionalTensorList()) {
+      keyPut<int8_t>(key, 'O');
+      for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+        t.has_value() ? kindOfTensor(key, *t) : keyPut<int8_t>(key, -2);
+    } else if (!keyValue(key, iv)) {
+      keyPut<int8_t>(key, 'x');
+    }
+  }
+  return key;
 }
 
 // Checks one tensor argument and records it for the executor; false when the
@@ -500,6 +544,113 @@ std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const P
   return result;
 }
 
+// CPU's training-mode batch norm out= kernels read a non-contiguous input
+// wrongly (garbage statistics; the functional kernels make it contiguous
+// first), so such calls run the functional kernel and copy its results.
+bool outOverloadMisreads(const Plan& plan, const torch::jit::Stack& stack, size_t begin) {
+  if (plan.name.rfind("aten::native_batch_norm", 0) != 0 &&
+      plan.name.rfind("aten::_native_batch_norm_legit", 0) != 0)
+    return false;
+  const c10::IValue& input = stack[begin];
+  if (!input.isTensor()) return false;
+  const at::Tensor& t = input.toTensor();
+  return !t.is_contiguous() && !t.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+         !t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+}
+
+// Warnings of an inline try, passed on only when the try was the op's run.
+struct HeldWarnings : c10::WarningHandler {
+  std::vector<c10::Warning> warnings;
+  void process(const c10::Warning& w) override { warnings.push_back(w); }
+  void replay() {
+    for (const auto& w : warnings) c10::warn(w);
+  }
+};
+
+// One queued op: the CPU kernel over CPU tensors aliasing device memory.
+struct Kernel {
+  c10::OperatorHandle target;  // the out= overload, or the op itself
+  bool viaOut;
+  const Plan* plan;
+  std::vector<ArgSlot> slots;
+  std::vector<std::optional<TensorRef>> outs;
+
+  // Runs the kernel; false when it did not write into the layouts and
+  // memory it was given (a kernel that resized or re-pointed an output wrote
+  // somewhere else: its results are not on the device).
+  bool run() const {
+    at::AutoDispatchBelowADInplaceOrView below;
+    torch::jit::Stack s;
+    s.reserve(slots.size() + outs.size());
+    // Every tensor the kernel may write, with the layout it must keep.
+    c10::SmallVector<std::pair<at::Tensor, const TensorRef*>, 4> given;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      s.push_back(rebuild(slots[i]));
+      if (!plan->writtenArg[i]) continue;
+      const auto& refs = slots[i].tensors;
+      if (s.back().isTensor() && !refs.empty() && refs[0]) {
+        given.emplace_back(s.back().toTensor(), &*refs[0]);
+      } else if (s.back().isTensorList()) {
+        c10::List<at::Tensor> list = s.back().toTensorList();
+        for (size_t j = 0; j < refs.size(); ++j)
+          if (refs[j]) given.emplace_back(list.get(j), &*refs[j]);
+      }
+    }
+    if (viaOut) {
+      for (const auto& o : outs) {
+        s.emplace_back(o->cpu());
+        given.emplace_back(s.back().toTensor(), &*o);
+      }
+    }
+    target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    for (const auto& [t, ref] : given) {
+      if (t.data_ptr() != ref->data || t.sizes() != c10::IntArrayRef(ref->sizes) ||
+          t.strides() != c10::IntArrayRef(ref->strides) || t.scalar_type() != ref->dtype)
+        return false;
+    }
+    if (viaOut) return true;
+    // No out= overload: copy the fresh results into place.
+    size_t f = 0;
+    for (size_t r = 0; r < plan->returnArg.size(); ++r) {
+      if (plan->returnArg[r] >= 0) continue;
+      const auto& o = outs[f++];
+      if (!o) continue;
+      const at::Tensor& result = s[r].toTensor();
+      if (result.sizes() != c10::IntArrayRef(o->sizes) || result.scalar_type() != o->dtype)
+        return false;
+      o->cpu().copy_(result);
+    }
+    return true;
+  }
+
+  // run() on the host; false (and its warnings dropped: the synchronous path
+  // gives the op's own) when it raised or did not keep the layouts.
+  bool tryInline() const {
+    HeldWarnings held;
+    bool ok = false;
+    {
+      c10::WarningUtils::WarningHandlerGuard guard(&held);
+      try {
+        ok = run();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (ok) held.replay();
+    return ok;
+  }
+};
+
+// Whether tensor `t` (a written argument) is passed as another argument too.
+bool readToo(const torch::jit::Stack& stack, size_t begin, size_t n, const at::Tensor& t) {
+  int uses = 0;
+  for (size_t i = begin; i < begin + n; ++i) {
+    const c10::IValue& iv = stack[i];
+    if (iv.isTensor() && iv.toTensor().is_same(t)) ++uses;
+  }
+  return uses > 1;
+}
+
 std::atomic<bool> gAsyncEnabled{backendConfig().async_path};
 
 }  // namespace
@@ -508,13 +659,12 @@ void setAsyncPathEnabled(bool enabled) { gAsyncEnabled.store(enabled); }
 bool asyncPathEnabled() { return gAsyncEnabled.load(); }
 
 bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                  c10::DeviceIndex device) {
+                  c10::DeviceIndex device, AsyncVerify* verify) {
   if (!gAsyncEnabled.load(std::memory_order_relaxed)) return false;
   Plan* plan = planFor(op);
   if (!plan->eligible.load(std::memory_order_relaxed)) return false;
   const size_t numArgs = plan->writtenArg.size();
   const size_t begin = stack->size() - numArgs;
-  if (cpuShapesDependOnArguments(plan->name, *stack, begin)) return false;
 
   Prepared p;
   if (!prepare(*plan, *stack, begin, device, p)) return false;
@@ -522,6 +672,23 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // Shapes, dtypes and argument checks, from the Meta backend (cached).
   std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p);
   if (!meta || meta->written.size() != p.written.size()) return false;
+  int verdict = meta->verdict.load(std::memory_order_acquire);
+  std::string kind;  // set when this call must verify its kind of arguments
+  if (verdict == MetaResult::kUnverified) {
+    std::string k = kindKey(plan, *stack, begin, numArgs);
+    VerdictCache& vc = verdictCache();
+    {
+      std::lock_guard<std::mutex> lk(vc.mu);
+      auto it = vc.verdicts.find(k);
+      if (it != vc.verdicts.end()) verdict = it->second;
+    }
+    if (verdict == MetaResult::kUnverified) {
+      kind = std::move(k);
+    } else if (p.cacheable) {
+      meta->verdict.store(verdict, std::memory_order_release);
+    }
+  }
+  if (verdict == MetaResult::kDisagrees) return false;
   for (size_t i = 0; i < p.written.size(); ++i) {
     auto& w = p.written[i];
     const TensorMeta& m = meta->written[i];
@@ -530,6 +697,9 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       continue;
     // An out= tensor of the wrong size (typically empty): resize it here, as
     // the CPU kernel would, when that gives the layout the kernel expects.
+    // Not when it is also read (x.op_(y) as op(x, y, out=x)): CPU refuses to
+    // resize such an output and the synchronous path raises its error.
+    if (readToo(*stack, begin, numArgs, w.device)) return false;
     w.device.resize_(m.sizes);
     if (w.device.strides() != c10::IntArrayRef(m.strides)) return false;
     w.ref->emplace(w.device);
@@ -554,35 +724,48 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     if (gen.device().type() == kNeuron) v = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
   }
 
-  // Enqueue the CPU kernel.
+  // The CPU kernel.
   std::vector<std::optional<TensorRef>> outs;
   outs.reserve(fresh.size());
   for (const at::Tensor& t : fresh) {
     outs.push_back(t.defined() ? std::optional<TensorRef>(t) : std::nullopt);
   }
-  recordOp(plan->counters, OpPath::Async);
   // out= overloads want every result; undefined ones go through a copy.
-  const bool viaOut = plan->outOp.has_value() && meta->allFreshDefined;
-  c10::OperatorHandle target = viaOut ? *plan->outOp : op;
-  launchOnStream(getCurrentStream(device), plan->name.c_str(),
-                 [target, viaOut, plan, slots = std::move(p.slots), outs = std::move(outs)]() {
-                   at::AutoDispatchBelowADInplaceOrView below;
-                   torch::jit::Stack s;
-                   s.reserve(slots.size() + outs.size());
-                   for (const ArgSlot& slot : slots) s.push_back(rebuild(slot));
-                   if (viaOut) {
-                     for (const auto& o : outs) s.emplace_back(o->cpu());
-                   }
-                   target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
-                   if (viaOut) return;
-                   // No out= overload: copy the fresh results into place.
-                   size_t f = 0;
-                   for (size_t r = 0; r < plan->returnArg.size(); ++r) {
-                     if (plan->returnArg[r] >= 0) continue;
-                     const auto& o = outs[f++];
-                     if (o) o->cpu().copy_(s[r].toTensor());
-                   }
-                 });
+  const bool viaOut = plan->outOp.has_value() && meta->allFreshDefined &&
+                      verdict != MetaResult::kFunctional &&
+                      !outOverloadMisreads(*plan, *stack, begin);
+  Kernel kernel{viaOut ? *plan->outOp : op, viaOut, plan, std::move(p.slots), std::move(outs)};
+  if (verdict == MetaResult::kUnverified) {
+    // The first call with this kind of arguments runs inline, in stream order.
+    getCurrentStream(device).synchronize();
+    int found = kernel.tryInline() ? MetaResult::kAgrees : MetaResult::kDisagrees;
+    if (found == MetaResult::kDisagrees && viaOut && p.written.empty()) {
+      // Only our fresh outputs were written: the functional kernel may agree.
+      kernel.viaOut = false;
+      kernel.target = op;
+      if (kernel.tryInline()) found = MetaResult::kFunctional;
+    }
+    if (found == MetaResult::kDisagrees) {
+      if (verify != nullptr) {
+        verify->meta = meta;
+        verify->kind = std::move(kind);
+      }
+      return false;
+    }
+    recordVerdict(kind, found);
+    if (p.cacheable) meta->verdict.store(found, std::memory_order_release);
+  } else {
+    launchOnStream(getCurrentStream(device), plan->name.c_str(),
+                   [kernel = std::move(kernel), meta]() {
+                     if (kernel.run()) return;
+                     meta->verdict.store(MetaResult::kDisagrees, std::memory_order_release);
+                     TORCH_CHECK(false, "CPU's kernel for ", kernel.plan->name,
+                                 " did not write into the layout its Meta kernel gave for these "
+                                 "arguments; the results are not on the device. Calls like this "
+                                 "one now run synchronously; TORCHNEURON_ASYNC=0 runs every op so.");
+                   });
+  }
+  recordOp(plan->counters, OpPath::Async);
 
   // Results: fresh device outputs, or the written arguments they alias.
   std::vector<c10::IValue> results;
@@ -595,5 +778,14 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (auto& r : results) stack->push_back(std::move(r));
   return true;
 }
+
+void AsyncVerify::finish() {
+  if (!meta) return;
+  meta->verdict.store(MetaResult::kDisagrees, std::memory_order_release);
+  recordVerdict(kind, MetaResult::kDisagrees);
+}
+
+AsyncVerify::AsyncVerify() = default;
+AsyncVerify::~AsyncVerify() = default;
 
 }  // namespace torchneuron

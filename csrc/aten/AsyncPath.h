@@ -7,18 +7,38 @@
 #include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 
+#include <memory>
+#include <string>
+
 namespace c10 {
 class OperatorHandle;
 }
 
 namespace torchneuron {
 
+struct MetaResult;  // AsyncPath.cpp
+void recordVerdict(const std::string& kind, int verdict);
+
+// A Meta pass the asynchronous path tried to trust and could not: its
+// first, inline run did not write into the layouts the Meta pass gave. The
+// caller runs the op synchronously; when that succeeds, finish() records that
+// this (op, argument metadata) is never run asynchronously again. (When the
+// synchronous run raises too, the error was the op's own: nothing is recorded.)
+struct AsyncVerify {
+  std::shared_ptr<const MetaResult> meta;  // null: nothing to record
+  std::string kind;                        // the arguments' kind (AsyncPath.cpp)
+  void finish();
+  AsyncVerify();
+  ~AsyncVerify();
+};
+
 // Tries to enqueue `op` (arguments on `stack`, all neuron tensors on device
 // `device`) asynchronously. On success the stack holds the op's results and
 // true is returned; otherwise the stack is untouched and the caller runs the
-// synchronous generic path, which produces the same results (and errors).
+// synchronous generic path, which produces the same results (and errors),
+// then calls verify->finish() once it succeeded.
 bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                  c10::DeviceIndex device);
+                  c10::DeviceIndex device, AsyncVerify* verify);
 
 // Turns the asynchronous generic path on or off (on by default); with it off
 // every op without a dedicated kernel runs synchronously. For tests and

@@ -1,8 +1,8 @@
 // CpuParity.cpp — neuron runs CPU's own kernel wherever CPU has one.
 //
 // Many ATen ops have both a dedicated CPU kernel and a generic
-// CompositeExplicitAutograd decomposition that every other backend gets by
-// default (native_layer_norm, for example, decomposes into batch norm). The
+// CompositeExplicitAutograd (or CompositeImplicitAutograd) decomposition
+// that every other backend gets by default (native_layer_norm, for example, decomposes into batch norm). The
 // two are not bitwise identical, and our promise is CPU's bits. So at start-up
 // every such op without a neuron kernel of its own is routed to the generic
 // path, which runs the CPU kernel on device memory (asynchronously where it
@@ -97,8 +97,12 @@ void registerCpuParityKernels() {
         continue;
       }
       const bool cpuKernel = op->hasKernelForDispatchKey(c10::DispatchKey::CPU);
+      // A CPU kernel next to a decomposition other backends get (explicit,
+      // or implicit as for silu_backward and mish_backward).
       const bool composite =
-          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
       if ((cpuKernel && composite) || explicitOps().count(name)) todo.emplace_back(name, false);
     }
     names.reserve(todo.size());

@@ -47,6 +47,11 @@ struct AliasState {
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_device;
   // CPU alias TensorImpl -> original device tensor
   ska::flat_hash_map<c10::TensorImpl*, at::Tensor> originals;
+  // device TensorImpl -> its one CPU alias: a tensor passed twice (x.op_(x),
+  // op(x, out=x)) is one tensor to the kernel too, as on CPU, where kernels
+  // tell in-place from out-of-place by identity (e.g. TensorIterator refuses
+  // to resize an output that is also an input)
+  ska::flat_hash_map<c10::TensorImpl*, at::Tensor> by_impl;
   // mutable (written) tensor arguments: (original device tensor, alias)
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
   // fresh CPU storages whose memory came from the device (redirect) -> the
@@ -99,6 +104,16 @@ void noteDevice(AliasState& st, const std::string& op, c10::Device d) {
 }
 
 at::Tensor aliasOf(AliasState& st, const at::Tensor& t, bool written) {
+  auto seen = st.by_impl.find(t.unsafeGetTensorImpl());
+  if (seen != st.by_impl.end()) {
+    const at::Tensor& cpu = seen->second;
+    if (written) {
+      bool listed = false;
+      for (const auto& w : st.written) listed |= w.second.is_same(cpu);
+      if (!listed) st.written.emplace_back(t, cpu);
+    }
+    return cpu;
+  }
   auto* impl = t.storage().unsafeGetStorageImpl();
   auto it = st.to_cpu.find(impl);
   if (it == st.to_cpu.end()) {
@@ -108,6 +123,7 @@ at::Tensor aliasOf(AliasState& st, const at::Tensor& t, bool written) {
   }
   at::Tensor cpu = tensorOverStorage(it->second, t, c10::DispatchKey::CPU);
   st.originals.emplace(cpu.unsafeGetTensorImpl(), t);
+  st.by_impl.emplace(t.unsafeGetTensorImpl(), cpu);
   if (written) st.written.emplace_back(t, cpu);
   return cpu;
 }
@@ -235,7 +251,8 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   lazyInit();
 
   // Most ops can run asynchronously in stream order; the rest run here.
-  if (target == nullptr && tryAsyncPath(op, stack, st.device)) return;
+  AsyncVerify verify;
+  if (target == nullptr && tryAsyncPath(op, stack, st.device, &verify)) return;
 
   // Pass 2: replace arguments.
   for (size_t i = 0; i < num_args; ++i) {
@@ -295,6 +312,7 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (auto& [original, alias] : st.written) {
     syncWritten(st, original, alias);
   }
+  verify.finish();
   const size_t num_returns = schema.returns().size();
   const size_t rbegin = stack->size() - num_returns;
   for (size_t i = 0; i < num_returns; ++i) {

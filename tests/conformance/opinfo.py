@@ -2,30 +2,31 @@
 CPU with the same samples, compared.
 
     python tests/conformance/opinfo.py                  # everything (make conformance)
-    python tests/conformance/opinfo.py --ops add,mm,sum  # some ops
-    python tests/conformance/opinfo.py --report out.json
+    python tests/conformance/opinfo.py --names add,mm   # some ops (and their variants)
+    python tests/conformance/opinfo.py --checks forward,backward --dtypes float32
 
-Checks per (op, dtype): `forward` (results must be bitwise equal to CPU's;
-NaNs equal) and `inplace` (the in-place variant, same rule). A sample that
-raises on CPU must raise on neuron too. Random ops are skipped with a reason
-(the devices draw from different generators).
-
-Ops run in worker processes, a chunk at a time; a worker that dies or hangs
-marks the op it was running as `crash` and a new worker resumes after it, so
-one crash never hides the others. The report is JSON (op x dtype x check:
-status and detail) and the last line is the plain summary
-"N passed, N failed, N skipped".
+Checks per (op, dtype), each over the op's samples (made on neuron, as
+PyTorch's device tests do, and copied to CPU for the reference):
+  forward        the op's results equal CPU's, bitwise (NaNs equal)
+  noncontiguous  the same with every tensor argument made non-contiguous
+  out            the out= variant writes the result into the given tensors
+                 and keeps their storage
+  inplace        the in-place variant
+  backward       gradients of every differentiable input (floating and complex
+                 dtypes) for the same grad_outputs
+A sample that raises on CPU must raise the same exception type on neuron.
+Random ops and ops returning uninitialised memory are skipped with a reason.
+Workers, crash isolation and the report: harness.py. Expected failures:
+expected_failures.txt.
 """
 import argparse
-import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-EXPECTED = os.path.join(HERE, "expected_failures.txt")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "expected_failures.txt")
 # Ops whose values are not a function of their inputs: random draws (the two
 # devices use different generators) and uninitialised memory.
 RANDOM_OPS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
@@ -33,39 +34,42 @@ RANDOM_OPS = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform"
               "fractional_max_pool", "lowrank")
 UNINITIALISED_OPS = ("empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
                      "empty_permuted")
-DTYPES = ("float32", "float64", "int64", "bool", "complex64")
-
-
-def load_expected():
-    """{(op, dtype, check): reason}; every entry must give a reason."""
-    out = {}
-    if not os.path.exists(EXPECTED):
-        return out
-    for line in open(EXPECTED):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, _, reason = line.partition("  ")
-        op, dtype, check = key.split()
-        assert reason.strip(), f"expected failure without a reason: {line}"
-        out[(op, dtype, check)] = reason.strip()
-    return out
+# Every dtype CPU has kernels for; an op runs those it supports on CPU.
+DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128",
+          "int8", "int16", "int32", "int64", "uint8", "bool")
+CHECKS = ("forward", "noncontiguous", "out", "inplace", "backward")
 
 
 # ---------------------------------------------------------------------------
-# Worker side: runs ops in this process.
+# Worker half: runs ops in this process.
 
-def _to_cpu(x):
+def _cpu_copy(x):
+    """x copied to CPU as the same view of a copy of its storage (same storage
+    offset and strides: as_strided and friends see the same memory)."""
     import torch
-    return x.cpu() if isinstance(x, torch.Tensor) and x.device.type == "neuron" else x
+    if x.is_contiguous() and x.storage_offset() == 0 and \
+            x.untyped_storage().nbytes() == x.numel() * x.element_size():
+        return x.cpu()
+    storage = x.untyped_storage().cpu()
+    with torch.no_grad():
+        c = torch.empty(0, dtype=x.dtype).set_(storage, x.storage_offset(), x.size(), x.stride())
+    return c
 
 
-def _cpu_sample(s):
-    """The CPU twin of a sample generated on neuron: neuron tensors copied to
-    CPU, CPU-only arguments (e.g. tensor_split's indices) left as they are,
-    and a device argument pointed at CPU."""
+def _cpu_twin(s, leaf=False):
+    """The CPU twin of a sample made on neuron: neuron tensors copied to CPU
+    (as leaves with the same requires_grad when leaf), CPU-only arguments (e.g.
+    tensor_split's indices) left as they are, a device argument pointed at CPU."""
     import torch
-    c = s.transform(_to_cpu)
+
+    def f(x):
+        if not isinstance(x, torch.Tensor) or x.device.type != "neuron":
+            return x
+        if x.layout != torch.strided:
+            return x.cpu()
+        c = _cpu_copy(x)
+        return c.detach().requires_grad_(x.requires_grad) if leaf else c
+    c = s.transform(f)
     for k, v in list(c.kwargs.items()):
         if isinstance(v, torch.device) and v.type == "neuron":
             c.kwargs[k] = torch.device("cpu")
@@ -74,124 +78,190 @@ def _cpu_sample(s):
     return c
 
 
-def _compare(actual, expected):
-    """None when equal (bitwise, NaNs equal), else a short reason."""
-    import torch
-    if isinstance(expected, torch.Tensor):
-        if not isinstance(actual, torch.Tensor):
-            return f"expected a tensor, got {type(actual).__name__}"
-        if actual.device.type != "neuron":
-            return f"result on {actual.device}, not neuron"
-        a = actual.cpu()
-        if a.dtype != expected.dtype or a.shape != expected.shape:
-            return f"dtype/shape {a.dtype}{tuple(a.shape)} vs {expected.dtype}{tuple(expected.shape)}"
-        try:
-            torch.testing.assert_close(a, expected, rtol=0, atol=0, equal_nan=True)
-        except AssertionError as e:
-            first = str(e).strip().splitlines()
-            return "values differ: " + (first[1] if len(first) > 1 else first[0])[:160]
-        return None
-    if isinstance(expected, (list, tuple)):
-        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
-            return "sequence length differs"
-        for a, e in zip(actual, expected):
-            r = _compare(a, e)
-            if r:
-                return r
-        return None
-    if isinstance(expected, float) and expected != expected:
-        return None if actual != actual else f"{actual!r} vs nan"
-    return None if actual == expected else f"{actual!r} vs {expected!r}"
+def _call(fn, s, **extra):
+    return fn(s.input, *s.args, **s.kwargs, **extra)
 
 
-def _run_samples(fn, samples):
-    """'pass', or ('fail', reason). Samples are on neuron."""
+def _both(run_cpu, run_neuron):
+    """Runs the CPU reference, then neuron. Returns (cpu_result, neuron_result)
+    or a failure reason string; ("raised", None) when both raised alike."""
     import torch
+    try:
+        expected, cpu_error = run_cpu(), None
+    except Exception as e:  # noqa: BLE001 - the op's own errors are data here
+        expected, cpu_error = None, e
+    try:
+        actual = run_neuron()
+        torch.neuron.synchronize()
+    except Exception as e:  # noqa: BLE001
+        if cpu_error is not None and type(e) is type(cpu_error):
+            return ("raised", None)
+        return (f"raised {harness.first_line(e)}"
+                + ("" if cpu_error is None else f" (CPU raised {type(cpu_error).__name__})"))
+    if cpu_error is not None:
+        return f"CPU raised {harness.first_line(cpu_error)}; neuron did not"
+    return expected, actual
+
+
+def check_forward(fn, samples, noncontiguous=False):
     for ns in samples:
-        s = _cpu_sample(ns)
-        try:
-            expected = fn(s.input, *s.args, **s.kwargs)
-            cpu_error = None
-        except Exception as e:  # noqa: BLE001 - the op's own errors are data here
-            expected, cpu_error = None, e
-        try:
-            actual = fn(ns.input, *ns.args, **ns.kwargs)
-            torch.neuron.synchronize()
-        except Exception as e:  # noqa: BLE001
-            if cpu_error is not None and type(e) is type(cpu_error):
-                continue
-            return ("fail", f"raised {type(e).__name__}: {str(e).splitlines()[0][:160]}"
-                    + ("" if cpu_error is None else f" (CPU raised {type(cpu_error).__name__})"))
-        if cpu_error is not None:
-            return ("fail", f"CPU raised {type(cpu_error).__name__}, neuron did not")
-        reason = _compare(actual, expected)
-        if reason:
-            return ("fail", reason)
-    return "pass"
+        cs = _cpu_twin(ns)
+        if noncontiguous:
+            ns, cs = ns.noncontiguous(), cs.noncontiguous()
+        r = _both(lambda: _call(fn, cs), lambda: _call(fn, ns))
+        if isinstance(r, str):
+            return r
+        if r[0] != "raised":
+            reason = harness.compare(r[1], r[0])
+            if reason:
+                return reason
+    return None
 
 
-def run_op(op, dtypes, max_samples):
-    """Records for one OpInfo: dicts with op, dtype, check, status, detail."""
+def _tensors(x):
     import torch
-    records = []
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+def check_out(fn, samples):
+    """out= gets tensors shaped like the result (zero-filled); the op must
+    write into them, return them, and keep their storage."""
+    import torch
+    ran = False
+    for ns in samples:
+        cs = _cpu_twin(ns)
+        try:
+            ref = _call(fn, cs)
+        except Exception:  # noqa: BLE001 - no reference result, no out= shape to offer
+            continue
+        if not _tensors(ref) or (not isinstance(ref, torch.Tensor) and len(_tensors(ref)) != len(ref)):
+            continue
+        def outs(device):
+            made = [torch.zeros_like(t, device=device) for t in _tensors(ref)]
+            return made[0] if isinstance(ref, torch.Tensor) else tuple(made)
+        out_c, out_n = outs("cpu"), outs("neuron")
+        ptrs = [t.untyped_storage().data_ptr() for t in _tensors(out_n)]
+        r = _both(lambda: _call(fn, cs, out=out_c), lambda: _call(fn, ns, out=out_n))
+        if isinstance(r, str):
+            return r
+        if r[0] == "raised":
+            continue
+        ran = True
+        if [t.untyped_storage().data_ptr() for t in _tensors(out_n)] != ptrs:
+            return "out= tensors got new storage"
+        if any(a is not b for a, b in zip(_tensors(r[1]), _tensors(out_n))):
+            return "the op did not return its out= tensors"
+        reason = harness.compare(out_n, out_c)
+        if reason:
+            return reason
+    return None if ran else "skip"
+
+
+def check_backward(op, samples):
+    """Gradients of every input that requires grad, for the same seeded
+    grad_outputs on both devices."""
+    import torch
+    ran = False
+    for ns in samples:
+        ns = ns.transform(lambda t: t.detach().requires_grad_(t.requires_grad)
+                          if isinstance(t, torch.Tensor) else t)
+        cs = _cpu_twin(ns, leaf=True)
+
+        def grads(s, device):
+            out = s.output_process_fn_grad(op.gradcheck_wrapper(op.get_op(), s.input, *s.args,
+                                                                **s.kwargs))
+            outs = [o for o in _tensors(out) if o.requires_grad and
+                    (o.dtype.is_floating_point or o.dtype.is_complex)]
+            leaves = [t for t in _tensors([s.input, list(s.args), list(s.kwargs.values())])
+                      if t.requires_grad]
+            if not outs or not leaves:
+                return None
+            g = torch.Generator().manual_seed(0)
+            gos = [torch.randn(o.shape, dtype=o.dtype, generator=g).to(device) for o in outs]
+            return torch.autograd.grad(outs, leaves, gos, allow_unused=True)
+        r = _both(lambda: grads(cs, "cpu"), lambda: grads(ns, "neuron"))
+        if isinstance(r, str):
+            return r
+        if r[0] == "raised" or r[0] is None:
+            continue
+        ran = True
+        reason = harness.compare(r[1], r[0])
+        if reason:
+            return reason
+    return None if ran else "skip"
+
+
+def run_op(op, dtypes, checks, max_samples):
+    """Records for one OpInfo."""
+    import torch
     name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
     supported = op.supported_dtypes("cpu")
+    backward_dtypes = op.supported_backward_dtypes("cpu") if op.supports_autograd else ()
     for dname in dtypes:
         dtype = getattr(torch, dname)
-        base = {"op": name, "dtype": dname}
         if dtype not in supported:
             continue
-        if any(r in op.name for r in RANDOM_OPS):
-            records.append({**base, "check": "forward", "status": "skip",
-                            "detail": "random op: neuron and CPU draw from different generators"})
-            continue
-        if op.name in UNINITIALISED_OPS:
-            records.append({**base, "check": "forward", "status": "skip",
-                            "detail": "returns uninitialised memory"})
+        base = {"op": name, "dtype": dname}
+        if any(r in op.name for r in RANDOM_OPS) or op.name in UNINITIALISED_OPS:
+            why = ("random op: neuron and CPU draw from different generators"
+                   if op.name not in UNINITIALISED_OPS else "returns uninitialised memory")
+            yield {**base, "check": "forward", "status": "skip", "detail": why}
             continue
         try:
-            # Samples are made on neuron (as PyTorch's device tests do), then
-            # copied to CPU for the reference.
             samples = list(op.sample_inputs("neuron", dtype, requires_grad=False))[:max_samples]
         except Exception as e:  # noqa: BLE001
-            records.append({**base, "check": "forward", "status": "skip",
-                            "detail": f"no samples on neuron: {type(e).__name__}: {e}"[:200]})
+            yield {**base, "check": "forward", "status": "skip",
+                   "detail": f"no samples on neuron: {harness.first_line(e)}"}
             continue
-        checks = [("forward", op.op)]
-        if op.inplace_variant is not None:
+        todo = []
+        if "forward" in checks:
+            todo.append(("forward", lambda: check_forward(op.op, samples)))
+        if "noncontiguous" in checks:
+            todo.append(("noncontiguous", lambda: check_forward(op.op, samples, True)))
+        if "out" in checks and op.supports_out:
+            todo.append(("out", lambda: check_out(op.op, samples)))
+        if "inplace" in checks and op.inplace_variant is not None:
             def inplace(x, *a, _f=op.inplace_variant, **k):
                 return _f(x.clone(), *a, **k)
-            checks.append(("inplace", inplace))
-        for check, fn in checks:
-            result = _run_samples(fn, samples)
-            status, detail = (result, "") if result == "pass" else result
-            records.append({**base, "check": check, "status": status, "detail": detail})
-    return records
+            todo.append(("inplace", lambda: check_forward(inplace, samples)))
+        if ("backward" in checks and dtype in backward_dtypes
+                and (dtype.is_floating_point or dtype.is_complex)):
+            def backward():
+                grad_samples = list(op.sample_inputs("neuron", dtype, requires_grad=True))
+                return check_backward(op, grad_samples[:max_samples])
+            todo.append(("backward", backward))
+        for check, fn in todo:
+            try:
+                result = fn()
+            except Exception as e:  # noqa: BLE001 - a harness-level error is a failure too
+                result = f"harness: {harness.first_line(e)}"
+            if result == "skip":
+                yield {**base, "check": check, "status": "skip",
+                       "detail": "no sample gave a result to compare"}
+            else:
+                yield {**base, "check": check, "status": "fail" if result else "pass",
+                       "detail": result or ""}
 
 
-def worker(ops, dtypes, max_samples, out_path):
+def worker(names, dtypes, checks, max_samples, out_path):
     import torch  # noqa: F401
     import torchneuron  # noqa: F401
     from torch.testing._internal.common_methods_invocations import op_db
     by_name = {}
     for op in op_db:
         by_name.setdefault(op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""), op)
-    with open(out_path, "a") as out:
-        for name in ops:
-            out.write(json.dumps({"start": name}) + "\n")
-            out.flush()
-            signal.alarm(120)  # a hang is a bug: the parent records it
-            for rec in run_op(by_name[name], dtypes, max_samples):
-                out.write(json.dumps(rec) + "\n")
-            signal.alarm(0)
-            out.write(json.dumps({"done": name}) + "\n")
-            out.flush()
+    harness.worker_loop(names, lambda n: run_op(by_name[n], dtypes, checks, max_samples), out_path)
 
 
 # ---------------------------------------------------------------------------
-# Parent side.
+# Parent half.
 
 def all_op_names():
+    import subprocess
     code = ("from torch.testing._internal.common_methods_invocations import op_db\n"
             "print('\\n'.join(o.name + ('.' + o.variant_test_name if o.variant_test_name else '')"
             " for o in op_db))")
@@ -212,74 +282,34 @@ def expand(names):
     return out
 
 
-def run(ops, dtypes, max_samples, chunk=40):
-    """Runs ops (op_db names, see expand) in workers; returns the records
-    (crashes included)."""
-    records, pending = [], expand(ops)
-    while pending:
-        batch, pending = pending[:chunk], pending[chunk:]
-        with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as tmp:
-            path = tmp.name
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--ops", ",".join(batch),
-               "--dtypes", ",".join(dtypes), "--max-samples", str(max_samples), "--out", path]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        started, done = None, set()
-        for line in open(path):
-            rec = json.loads(line)
-            if "start" in rec:
-                started = rec["start"]
-            elif "done" in rec:
-                done.add(rec["done"])
-            else:
-                records.append(rec)
-        os.unlink(path)
-        if proc.returncode != 0 and started is not None and started not in done:
-            tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
-            records.append({"op": started, "dtype": "-", "check": "run", "status": "crash",
-                            "detail": f"worker exited with {proc.returncode}: {tail}"})
-            rest = batch[batch.index(started) + 1:]
-            pending = rest + pending
-    return records
+def run(names, dtypes=DTYPES, checks=CHECKS, max_samples=4, chunk=40):
+    """Runs ops (see expand) in workers; returns the records (crashes included)."""
+    args = ["--dtypes", ",".join(dtypes), "--checks", ",".join(checks),
+            "--max-samples", str(max_samples)]
+    return harness.run_workers(__file__, expand(names), args, chunk)
 
 
-def summarize(records, expected):
-    counts = {"pass": 0, "fail": 0, "skip": 0, "xfail": 0, "crash": 0}
-    unexpected = []
-    for r in records:
-        key = (r["op"], r["dtype"], r["check"])
-        if r["status"] in ("fail", "crash") and key in expected:
-            r["status"], r["detail"] = "xfail", expected[key]
-        counts[r["status"]] += 1
-        if r["status"] in ("fail", "crash"):
-            unexpected.append(r)
-    return counts, unexpected
+def load_expected():
+    return harness.load_expected(EXPECTED)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--ops", help="comma-separated op names (default: all of op_db)")
+    p.add_argument("--names", help="comma-separated op names (default: all of op_db)")
     p.add_argument("--dtypes", default=",".join(DTYPES))
-    p.add_argument("--max-samples", type=int, default=8)
+    p.add_argument("--checks", default=",".join(CHECKS))
+    p.add_argument("--max-samples", type=int, default=4)
     p.add_argument("--report", default=None, help="write the JSON report here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
-    dtypes = args.dtypes.split(",")
-    ops = args.ops.split(",") if args.ops else None
+    dtypes, checks = args.dtypes.split(","), args.checks.split(",")
+    names = args.names.split(",") if args.names else None
     if args.worker:
-        worker(ops, dtypes, args.max_samples, args.out)
+        worker(names, dtypes, checks, args.max_samples, args.out)
         return 0
-    records = run(ops or all_op_names(), dtypes, args.max_samples)
-    counts, unexpected = summarize(records, load_expected())
-    if args.report:
-        with open(args.report, "w") as f:
-            json.dump({"counts": counts, "records": records}, f, indent=1)
-    for r in unexpected:
-        print(f"{r['status'].upper():5} {r['op']} {r['dtype']} {r['check']}: {r['detail']}")
-    print(f"expected failures: {counts['xfail']}, crashes: {counts['crash']}")
-    print(f"{counts['pass']} passed, {counts['fail'] + counts['crash']} failed, "
-          f"{counts['skip']} skipped")
-    return 1 if unexpected else 0
+    records = run(names or all_op_names(), dtypes, checks, args.max_samples)
+    return harness.report(records, load_expected(), args.report)
 
 
 if __name__ == "__main__":
