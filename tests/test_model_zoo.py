@@ -24,9 +24,9 @@ Models are tiny (hidden 32, 2 layers, vocab 64, batch 2) so that the file runs
 in well under two minutes on two busy cores; vit_b_16 keeps its real size (86M
 parameters) but sees one batch of two 32x32 images (about 15 s).
 
-Known backend bugs are pinned by minimal tests at the end of the file, marked
-``xfail(strict=True)``, and so are the zoo tests they break: they flip to
-XPASS (a failure) when the backend is fixed, and the mark should then go.
+The backend bugs the zoo found (tied weights lost by Module.to, silu/mish
+backward decomposed, integer histc) are fixed; minimal tests at the end of the
+file keep them fixed.
 """
 import copy
 
@@ -42,11 +42,6 @@ import torchvision  # noqa: E402  (test dependencies: scripts/setup.sh installs 
 import transformers  # noqa: E402
 
 EXACT = dict(rtol=0, atol=0)
-
-# Backend bugs that break zoo tests (each has a minimal test below).
-HISTC_INT = ("torch.histc on an int32 tensor fails on neuron (CPU's kernel has no integer "
-             "histc; transformers' grouped_mm MoE uses int input on every device but "
-             "cpu/mps, as CUDA supports it) (test_histc_integer_input)")
 
 
 # ----------------------------------------------------------------------------
@@ -283,9 +278,7 @@ def test_t5():
 
 
 @pytest.mark.parametrize("experts", [
-    # (NotImplementedError, raised at the op or at the next synchronization, is a RuntimeError.)
-    pytest.param("grouped_mm", marks=pytest.mark.xfail(
-        strict=True, raises=RuntimeError, reason=HISTC_INT)),
+    "grouped_mm",
     "eager",
 ])
 def test_mixtral_moe(experts):
@@ -328,7 +321,7 @@ def test_generate_greedy(arch):
 
 
 # ----------------------------------------------------------------------------
-# Minimal tests for the backend bugs the zoo found (xfail until fixed)
+# Minimal tests for the backend bugs the zoo found (fixed; kept as regressions)
 # ----------------------------------------------------------------------------
 
 def test_module_to_keeps_tied_parameters():
@@ -353,7 +346,6 @@ def test_silu_and_mish_backward_match_cpu(op):
     _assert_on_neuron_and_equal(f(grad.to(NEURON), x.to(NEURON)), f(grad, x), op)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=HISTC_INT)
 def test_histc_integer_input():
     """torch.histc on integer tensors, as CUDA supports (CPU does not: compare with CPU's
     float histc, exact for these integers)."""
@@ -361,4 +353,12 @@ def test_histc_integer_input():
     out = torch.histc(x.to(NEURON), bins=4, min=0, max=3)
     assert out.device.type == "neuron" and out.dtype == torch.int32
     torch.testing.assert_close(out.cpu(), torch.histc(x.float(), bins=4, min=0, max=3).int(),
+                               **EXACT)
+    # Defaults (min == max): the data's range, as for floating inputs.
+    wide = torch.randint(-50, 50, (1000,))
+    torch.testing.assert_close(torch.histc(wide.to(NEURON), bins=7).cpu(),
+                               torch.histc(wide.double(), bins=7).long(), **EXACT)
+    # Floating inputs are CPU's kernel, unchanged.
+    f = torch.randn(500)
+    torch.testing.assert_close(torch.histc(f.to(NEURON), bins=9).cpu(), torch.histc(f, bins=9),
                                **EXACT)
