@@ -328,24 +328,6 @@ def test_generic_async_keeps_sync_semantics_where_needed(generic_async):
     assert_same(x, big.sin())
 
 
-@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU], ids=lambda c: c.__name__)
-@pytest.mark.parametrize("bias", [True, False])
-def test_recurrent_layers_match_cpu(cls, bias):
-    torch.manual_seed(0)
-    m = cls(4, 6, num_layers=2, batch_first=True, bias=bias)
-    md = copy.deepcopy(m).to("neuron")
-    x = torch.randn(3, 5, 4, requires_grad=True)
-    xd = x.detach().to("neuron").requires_grad_()
-    y, _ = m(x)
-    yd, _ = md(xd)
-    y.square().sum().backward()
-    yd.square().sum().backward()
-    torch.testing.assert_close(yd.detach().cpu(), y.detach(), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-5, atol=1e-5)
-    for p, pd in zip(m.parameters(), md.parameters()):
-        torch.testing.assert_close(pd.grad.cpu(), p.grad, rtol=1e-5, atol=1e-5)
-
-
 def test_cpu_scalar_operands_are_read_at_launch():
     x = torch.ones(4).to("neuron")
     s = torch.tensor(2.0)
