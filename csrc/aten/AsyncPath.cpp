@@ -50,6 +50,7 @@ struct Plan {
   std::optional<c10::OperatorHandle> outOp;
   std::vector<int> returnArg;            // per result: aliased written arg, -1 = fresh
   std::vector<bool> writtenArg;          // per argument
+  std::vector<bool> outArg;              // per argument: a keyword-only out= tensor
   std::vector<bool> generatorArg;        // per argument
   size_t numFresh = 0;
 };
@@ -107,6 +108,7 @@ void makePlan(const c10::OperatorHandle& op, Plan& p) {
     if (written && !isTensorLike(a.type())) return;
     anyWritten |= written;
     p.writtenArg.push_back(written);
+    p.outArg.push_back(written && a.kwarg_only());
     p.generatorArg.push_back(isGenerator(a.type()));
   }
   for (const auto& r : s.returns()) {
@@ -224,6 +226,7 @@ struct Prepared {
   struct Written {
     at::Tensor device;
     std::optional<TensorRef>* ref;
+    bool out;  // an out= argument (may be resized); else an in-place self
   };
   std::vector<Written> written;
   std::string key;  // the Meta pass's inputs, for the cache; empty: uncacheable
@@ -337,7 +340,9 @@ void kindOfTensor(std::string& key, const at::Tensor& t) {
   keyPut<int8_t>(key, isNeuron(t) ? 1 : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 2 : 3));
   keyPut<int8_t>(key, static_cast<int8_t>(t.dim()));
   keyPut<int8_t>(key, t.is_contiguous() ? 1 : (t.is_non_overlapping_and_dense() ? 2 : 3));
-  keyPut<int8_t>(key, t.numel() == 0);
+  // Lengths 0 and 1 are where kernels take other routes (broadcasting,
+  // squeezing, empty results); other lengths are all alike.
+  for (int64_t n : t.sizes()) keyPut<int8_t>(key, n > 1 ? 2 : static_cast<int8_t>(n));
 }
 
 bool keyValue(std::string& key, const c10::IValue& iv);
@@ -377,7 +382,7 @@ std::string kindKey(const void* plan, const torch::jit::Stack& stack, size_t beg
 
 // Checks one tensor argument and records it for the executor; false when the
 // op must take the slow path.
-bool prepTensor(const at::Tensor& t, bool written, c10::DeviceIndex device,
+bool prepTensor(const at::Tensor& t, bool written, bool out, c10::DeviceIndex device,
                 std::optional<TensorRef>* ref, c10::IValue* other, Prepared& p) {
   keyTensor(p.key, t);
   if (!t.defined()) {
@@ -388,7 +393,7 @@ bool prepTensor(const at::Tensor& t, bool written, c10::DeviceIndex device,
   if (isNeuron(t)) {
     if (t.device().index() != device) return false;
     ref->emplace(t);
-    if (written) p.written.push_back({t, ref});
+    if (written) p.written.push_back({t, ref, out});
     return true;
   }
   // CPU scalars mix with device tensors (like CUDA); anything else is the
@@ -412,7 +417,7 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
       slot.kind = ArgSlot::kTensor;
       slot.tensors.resize(1);
       slot.others.resize(1);
-      if (!prepTensor(iv.toTensor(), written, device, &slot.tensors[0], &slot.others[0], p))
+      if (!prepTensor(iv.toTensor(), written, plan.outArg[i], device, &slot.tensors[0], &slot.others[0], p))
         return false;
       if (!slot.tensors[0]) {
         slot.kind = ArgSlot::kValue;
@@ -435,7 +440,7 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
           keyPut<int8_t>(p.key, -2);
           continue;
         }
-        if (!prepTensor(*items[j], written, device, &slot.tensors[j], &slot.others[j], p))
+        if (!prepTensor(*items[j], written, plan.outArg[i], device, &slot.tensors[j], &slot.others[j], p))
           return false;
       }
     } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
@@ -544,12 +549,27 @@ std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const P
   return result;
 }
 
+// Batch norm in eval mode returns empty statistics from CPU's functional
+// kernel, where its Meta kernel and its out= kernel keep per-channel ones:
+// no layout check can see that, so these calls run synchronously.
+bool functionalShapesDependOnArguments(const Plan& plan, const torch::jit::Stack& stack,
+                                       size_t begin) {
+  if (plan.name.rfind("aten::native_batch_norm", 0) == 0 ||
+      plan.name.rfind("aten::_native_batch_norm_legit", 0) == 0) {
+    // (and their out= overloads, which leave empty statistics empty)
+    const c10::IValue& training = stack[begin + 5];
+    return training.isBool() && !training.toBool();
+  }
+  return false;
+}
+
 // CPU's training-mode batch norm out= kernels read a non-contiguous input
 // wrongly (garbage statistics; the functional kernels make it contiguous
 // first), so such calls run the functional kernel and copy its results.
 bool outOverloadMisreads(const Plan& plan, const torch::jit::Stack& stack, size_t begin) {
   if (plan.name.rfind("aten::native_batch_norm", 0) != 0 &&
-      plan.name.rfind("aten::_native_batch_norm_legit", 0) != 0)
+      plan.name.rfind("aten::_native_batch_norm_legit", 0) != 0 &&
+      plan.name.rfind("aten::_batch_norm_with_update", 0) != 0)
     return false;
   const c10::IValue& input = stack[begin];
   if (!input.isTensor()) return false;
@@ -604,8 +624,11 @@ struct Kernel {
     }
     target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
     for (const auto& [t, ref] : given) {
+      // (A kernel may also leave a conjugate or negative bit on an output,
+      // as linalg_lu_solve does: its memory then holds other values.)
       if (t.data_ptr() != ref->data || t.sizes() != c10::IntArrayRef(ref->sizes) ||
-          t.strides() != c10::IntArrayRef(ref->strides) || t.scalar_type() != ref->dtype)
+          t.strides() != c10::IntArrayRef(ref->strides) || t.scalar_type() != ref->dtype ||
+          t.is_conj() || t.is_neg())
         return false;
     }
     if (viaOut) return true;
@@ -666,6 +689,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const size_t numArgs = plan->writtenArg.size();
   const size_t begin = stack->size() - numArgs;
 
+  if (functionalShapesDependOnArguments(*plan, *stack, begin)) return false;
   Prepared p;
   if (!prepare(*plan, *stack, begin, device, p)) return false;
 
@@ -697,9 +721,10 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       continue;
     // An out= tensor of the wrong size (typically empty): resize it here, as
     // the CPU kernel would, when that gives the layout the kernel expects.
-    // Not when it is also read (x.op_(y) as op(x, y, out=x)): CPU refuses to
-    // resize such an output and the synchronous path raises its error.
-    if (readToo(*stack, begin, numArgs, w.device)) return false;
+    // Not an in-place op's self, nor an out= tensor that is also read
+    // (x.op_(y) as op(x, y, out=x)): CPU refuses to resize those (some Meta
+    // kernels do not) and the synchronous path raises CPU's error.
+    if (!w.out || readToo(*stack, begin, numArgs, w.device)) return false;
     w.device.resize_(m.sizes);
     if (w.device.strides() != c10::IntArrayRef(m.strides)) return false;
     w.ref->emplace(w.device);

@@ -53,6 +53,11 @@ const std::unordered_set<std::string>& explicitOps() {
       "aten::convolution",
       "aten::convolution_backward",
       "aten::conj_physical_",  // its composite calls a DispatchStub only CPU/CUDA fill
+      // addr_ calls addr_out(self, self): the kernel tells in-place by C++
+      // object identity (&result == &self), which a boxed call cannot keep
+      "aten::addr_",
+      // its composite refuses devices other than CPU, CUDA and XPU by name
+      "aten::mode.values",
   };
   return ops;
 }

@@ -179,6 +179,10 @@ void syncWritten(AliasState& st, const at::Tensor& original, const at::Tensor& a
         oimpl->storage_offset() != aimpl->storage_offset()) {
       oimpl->set_sizes_and_strides(aimpl->sizes(), aimpl->strides(), aimpl->storage_offset());
     }
+    // Some kernels flip the bits of their out= tensor (linalg_lu_solve with
+    // left=False leaves it a conjugate view): the device tensor follows.
+    if (original.is_conj() != alias.is_conj()) original._set_conj(alias.is_conj());
+    if (original.is_neg() != alias.is_neg()) original._set_neg(alias.is_neg());
     return;
   }
   auto* alias_storage = alias.storage().unsafeGetStorageImpl();

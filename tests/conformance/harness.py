@@ -42,14 +42,15 @@ def to_cpu(x):
     return x.cpu() if isinstance(x, torch.Tensor) and x.device.type == "neuron" else x
 
 
-def compare(actual, expected, atol=0.0, rtol=0.0):
-    """None when actual (on neuron) equals expected (on CPU) — bitwise unless
-    tolerances are given, NaNs equal — else a short reason."""
+def compare(actual, expected, atol=0.0, rtol=0.0, allow_cpu=False):
+    """None when actual (on neuron; on CPU too with allow_cpu) equals expected
+    (on CPU) — bitwise unless tolerances are given, NaNs equal — else a short
+    reason."""
     import torch
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             return f"expected a tensor, got {type(actual).__name__}"
-        if actual.device.type != "neuron":
+        if actual.device.type != "neuron" and not (allow_cpu and actual.device.type == "cpu"):
             return f"result on {actual.device}, not neuron"
         a = actual.detach().cpu()
         e = expected.detach()
@@ -67,7 +68,7 @@ def compare(actual, expected, atol=0.0, rtol=0.0):
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             return "sequence length differs"
         for a, e in zip(actual, expected):
-            r = compare(a, e, atol, rtol)
+            r = compare(a, e, atol, rtol, allow_cpu)
             if r:
                 return r
         return None
