@@ -66,11 +66,14 @@ endif
 
 test: runtime-tests sanitize python-tests
 
-# Every OpInfo in PyTorch's op_db on neuron vs CPU; report in build/conformance.json.
+# Every OpInfo (op_db) and ModuleInfo (module_db) on neuron vs CPU; reports in
+# build/conformance.json and build/modules.json. Both suites run even if the first fails.
 conformance: backend
 	@mkdir -p build
-	$(PYTHON) tests/conformance/opinfo.py --report build/conformance.json
-	$(PYTHON) tests/conformance/modules.py --report build/modules.json
+	@status=0; \
+	$(PYTHON) tests/conformance/opinfo.py --report build/conformance.json || status=1; \
+	$(PYTHON) tests/conformance/modules.py --report build/modules.json || status=1; \
+	exit $$status
 
 bench: build
 	./build/bench/runtime_bench

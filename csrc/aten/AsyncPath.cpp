@@ -24,6 +24,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
@@ -578,6 +579,41 @@ bool outOverloadMisreads(const Plan& plan, const torch::jit::Stack& stack, size_
          !t.is_contiguous(at::MemoryFormat::ChannelsLast3d);
 }
 
+// A copy of an argument's tensors (same layouts), for a run that must not
+// touch the originals.
+c10::IValue copyOf(const c10::IValue& iv) {
+  auto copy = [](const at::Tensor& t) {
+    if (!t.defined()) return t;
+    at::Tensor c = at::empty_strided(t.sizes(), t.strides(), t.options());
+    return c.copy_(t);
+  };
+  if (iv.isTensor()) return copy(iv.toTensor());
+  if (iv.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : iv.toTensorList()) out.push_back(copy(t));
+    return out;
+  }
+  if (iv.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(copy(*t)) : std::nullopt);
+    return out;
+  }
+  return iv;
+}
+
+// Same sizes, dtype and strides (strides only where they matter: dims
+// longer than 1 of a non-empty tensor), and no conjugate/negative bit.
+bool sameLayout(const at::Tensor& t, const TensorRef& ref) {
+  if (t.scalar_type() != ref.dtype || t.sizes() != c10::IntArrayRef(ref.sizes)) return false;
+  if (t.is_conj() || t.is_neg()) return false;
+  if (t.numel() == 0) return true;
+  for (size_t d = 0; d < ref.sizes.size(); ++d) {
+    if (ref.sizes[d] > 1 && t.strides()[d] != ref.strides[d]) return false;
+  }
+  return true;
+}
+
 // Warnings of an inline try, passed on only when the try was the op's run.
 struct HeldWarnings : c10::WarningHandler {
   std::vector<c10::Warning> warnings;
@@ -639,9 +675,29 @@ struct Kernel {
       const auto& o = outs[f++];
       if (!o) continue;
       const at::Tensor& result = s[r].toTensor();
-      if (result.sizes() != c10::IntArrayRef(o->sizes) || result.scalar_type() != o->dtype)
-        return false;
+      if (!sameLayout(result, *o)) return false;
       o->cpu().copy_(result);
+    }
+    return true;
+  }
+
+  // Whether CPU's functional kernel gives its fresh results the layouts the
+  // Meta pass gave (a result's strides steer the kernels that read it: a
+  // transposed Vh from svd sends a later mm down another BLAS route). Runs
+  // the op again, into CPU memory, on copies of its arguments (some schemas
+  // do not say what they write: native_batch_norm updates running stats).
+  bool functionalLayoutsMatch(const c10::OperatorHandle& op) const {
+    at::AutoDispatchBelowADInplaceOrView below;
+    torch::jit::Stack s;
+    s.reserve(slots.size());
+    for (const ArgSlot& slot : slots) s.push_back(copyOf(rebuild(slot)));
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    size_t f = 0;
+    for (size_t r = 0; r < plan->returnArg.size(); ++r) {
+      if (plan->returnArg[r] >= 0) continue;
+      const auto& o = outs[f++];
+      const bool defined = s[r].isTensor() && s[r].toTensor().defined();
+      if (!o ? defined : !defined || !sameLayout(s[r].toTensor(), *o)) return false;
     }
     return true;
   }
@@ -661,6 +717,18 @@ struct Kernel {
     }
     if (ok) held.replay();
     return ok;
+  }
+
+  // f() with its warnings dropped and its exceptions meaning false.
+  template <class F>
+  static bool tryQuietly(F&& f) {
+    HeldWarnings held;
+    c10::WarningUtils::WarningHandlerGuard guard(&held);
+    try {
+      return f();
+    } catch (const std::exception&) {
+      return false;
+    }
   }
 };
 
@@ -764,6 +832,9 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     // The first call with this kind of arguments runs inline, in stream order.
     getCurrentStream(device).synchronize();
     int found = kernel.tryInline() ? MetaResult::kAgrees : MetaResult::kDisagrees;
+    if (found == MetaResult::kAgrees && viaOut && p.written.empty() &&
+        !kernel.tryQuietly([&] { return kernel.functionalLayoutsMatch(op); }))
+      found = MetaResult::kDisagrees;  // results are right; later calls go synchronous
     if (found == MetaResult::kDisagrees && viaOut && p.written.empty()) {
       // Only our fresh outputs were written: the functional kernel may agree.
       kernel.viaOut = false;

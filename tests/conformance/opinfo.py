@@ -213,6 +213,21 @@ def check_backward(op, samples):
     return None if ran else "skip"
 
 
+# Ops that take a dropout probability positionally: its index.
+POSITIONAL_DROPOUT = {"nn.functional.multi_head_attention_forward": 9}
+
+
+def _draws_randomly(s, name):
+    """Samples of otherwise deterministic ops that ask for dropout
+    (scaled_dot_product_attention(dropout_p=0.5), ...): random, like RANDOM_OPS."""
+    if not s.kwargs.get("training", True):
+        return False
+    probs = [v for k, v in s.kwargs.items() if k in ("dropout_p", "dropout", "p")]
+    if name in POSITIONAL_DROPOUT and len(s.args) > POSITIONAL_DROPOUT[name]:
+        probs.append(s.args[POSITIONAL_DROPOUT[name]])
+    return any(isinstance(v, float) and v > 0 for v in probs)
+
+
 def run_op(op, dtypes, checks, max_samples):
     """Records for one OpInfo."""
     import torch
@@ -230,10 +245,15 @@ def run_op(op, dtypes, checks, max_samples):
             yield {**base, "check": "forward", "status": "skip", "detail": why}
             continue
         try:
-            samples = list(op.sample_inputs("neuron", dtype, requires_grad=False))[:max_samples]
+            samples = [s for s in op.sample_inputs("neuron", dtype, requires_grad=False)
+                       if not _draws_randomly(s, op.name)][:max_samples]
         except Exception as e:  # noqa: BLE001
             yield {**base, "check": "forward", "status": "skip",
                    "detail": f"no samples on neuron: {harness.first_line(e)}"}
+            continue
+        if not samples:
+            yield {**base, "check": "forward", "status": "skip",
+                   "detail": "every sample draws random numbers (dropout)"}
             continue
         todo = []
         if "forward" in checks:
@@ -249,7 +269,8 @@ def run_op(op, dtypes, checks, max_samples):
         if ("backward" in checks and dtype in backward_dtypes
                 and (dtype.is_floating_point or dtype.is_complex)):
             def backward():
-                grad_samples = list(op.sample_inputs("neuron", dtype, requires_grad=True))
+                grad_samples = [s for s in op.sample_inputs("neuron", dtype, requires_grad=True)
+                                if not _draws_randomly(s, op.name)]
                 return check_backward(op, grad_samples[:max_samples])
             todo.append(("backward", backward))
         for check, fn in todo:
