@@ -353,3 +353,13 @@ def test_async_kernel_failure_surfaces_at_the_next_sync(generic_async):
     # the error is reported once and the stream stays usable
     torch.neuron.synchronize()
     assert_same(x[:2] * 1, x.cpu()[:2])
+
+
+def test_sparse_results_raise_a_clear_error():
+    """Sparse layouts are not supported on neuron yet: a clear NotImplementedError
+    naming the op, and the device keeps working."""
+    x = torch.randn(3, 4)
+    nx = x.to("neuron")
+    with pytest.raises(NotImplementedError, match="strided layout only"):
+        nx.to_sparse()
+    assert_same(nx * 2, x * 2)

@@ -137,8 +137,12 @@ bool isGeneratorType(const c10::TypePtr& type) {
 }
 
 // Maps one CPU result back to the device.
-at::Tensor resultToDevice(AliasState& st, const at::Tensor& r) {
+at::Tensor resultToDevice(AliasState& st, const at::Tensor& r, const std::string& op) {
   if (!r.defined() || !r.device().is_cpu()) return r;
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      r.layout() == at::kStrided, op, " returned a ", r.layout(),
+      " tensor: neuron supports the strided layout only (no sparse or mkldnn tensors yet). "
+      "Make the tensor on CPU instead, e.g. x.cpu().to_sparse().");
   auto orig = st.originals.find(r.unsafeGetTensorImpl());
   if (orig != st.originals.end()) return orig->second;
   if (r.has_storage()) {
@@ -322,12 +326,12 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (size_t i = 0; i < num_returns; ++i) {
     c10::IValue& iv = (*stack)[rbegin + i];
     if (iv.isTensor()) {
-      iv = resultToDevice(st, iv.toTensor());
+      iv = resultToDevice(st, iv.toTensor(), name);
     } else if (iv.isTensorList()) {
       auto list = iv.toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(resultToDevice(st, t));
+      for (const at::Tensor& t : list) out.push_back(resultToDevice(st, t, name));
       iv = std::move(out);
     }
   }
