@@ -125,9 +125,11 @@ def test_first_call_of_a_kind_runs_inline_then_queues():
     torch.cosh(nx)  # first call with float64 contiguous 2-d: inline, checked
     torch.neuron.synchronize()
     if not LAUNCH_BLOCKING:
+        other = torch.randn(3, 7, dtype=torch.float64, device="neuron")
+        torch.neuron.synchronize()
         torch.neuron._sleep(200_000)
-        y = torch.cosh(torch.randn(3, 7, dtype=torch.float64, device="neuron"))  # same kind,
-        assert not torch.neuron.current_stream().query()  # other shape: queued
+        y = torch.cosh(other)  # same kind, other shape: queued
+        assert not torch.neuron.current_stream().query()
         y.cpu()
     torchneuron.clear_op_tracking()
     assert_same(torch.cosh(nx), torch.cosh(x))

@@ -742,6 +742,26 @@ bool readToo(const torch::jit::Stack& stack, size_t begin, size_t n, const at::T
   return uses > 1;
 }
 
+// The first call of a kind: runs `kernel` inline and tells how later calls
+// may run. kAgrees: the out= (or in-place) kernel wrote exactly into the
+// Meta layouts, and the functional kernel would have produced them too;
+// kFunctional: the out= kernel did not, the functional kernel plus a copy
+// did (tried only when just our fresh outputs were written); kDisagrees:
+// neither (the caller runs the op synchronously).
+int verifyInline(const c10::OperatorHandle& op, Kernel& kernel, bool onlyFresh) {
+  const bool viaOut = kernel.viaOut;
+  if (kernel.tryInline()) {
+    if (!viaOut || !onlyFresh ||
+        Kernel::tryQuietly([&] { return kernel.functionalLayoutsMatch(op); }))
+      return MetaResult::kAgrees;
+    return MetaResult::kDisagrees;  // right values, CPU's strides differ
+  }
+  if (!viaOut || !onlyFresh) return MetaResult::kDisagrees;
+  kernel.viaOut = false;
+  kernel.target = op;
+  return kernel.tryInline() ? MetaResult::kFunctional : MetaResult::kDisagrees;
+}
+
 std::atomic<bool> gAsyncEnabled{backendConfig().async_path};
 
 }  // namespace
@@ -831,16 +851,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (verdict == MetaResult::kUnverified) {
     // The first call with this kind of arguments runs inline, in stream order.
     getCurrentStream(device).synchronize();
-    int found = kernel.tryInline() ? MetaResult::kAgrees : MetaResult::kDisagrees;
-    if (found == MetaResult::kAgrees && viaOut && p.written.empty() &&
-        !kernel.tryQuietly([&] { return kernel.functionalLayoutsMatch(op); }))
-      found = MetaResult::kDisagrees;  // results are right; later calls go synchronous
-    if (found == MetaResult::kDisagrees && viaOut && p.written.empty()) {
-      // Only our fresh outputs were written: the functional kernel may agree.
-      kernel.viaOut = false;
-      kernel.target = op;
-      if (kernel.tryInline()) found = MetaResult::kFunctional;
-    }
+    const int found = verifyInline(op, kernel, /*onlyFresh=*/p.written.empty());
     if (found == MetaResult::kDisagrees) {
       if (verify != nullptr) {
         verify->meta = meta;
