@@ -460,6 +460,25 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
   return true;
 }
 
+// iv with f applied to its tensors (a tensor, a list, an optional list);
+// other values unchanged.
+template <class F>
+c10::IValue mapTensors(const c10::IValue& iv, F f) {
+  if (iv.isTensor()) return f(iv.toTensor());
+  if (iv.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : iv.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (iv.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(f(*t)) : std::nullopt);
+    return out;
+  }
+  return iv;
+}
+
 // The Meta stand-in of one argument.
 c10::IValue metaArg(const c10::IValue& iv, bool generator) {
   auto toMeta = [](const at::Tensor& t) -> at::Tensor {
@@ -467,20 +486,8 @@ c10::IValue metaArg(const c10::IValue& iv, bool generator) {
     return at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type());
   };
   if (generator) return c10::IValue();
-  if (iv.isTensor()) return toMeta(iv.toTensor());
-  if (iv.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : iv.toTensorList()) out.push_back(toMeta(t));
-    return out;
-  }
-  if (iv.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(toMeta(*t)) : std::nullopt);
-    return out;
-  }
   if (iv.isDevice() && iv.toDevice().type() == kNeuron) return c10::Device(c10::DeviceType::Meta);
-  return iv;
+  return mapTensors(iv, toMeta);
 }
 
 // Runs the op on Meta tensors. Returns nullptr when the slow path must run.
@@ -587,19 +594,7 @@ c10::IValue copyOf(const c10::IValue& iv) {
     at::Tensor c = at::empty_strided(t.sizes(), t.strides(), t.options());
     return c.copy_(t);
   };
-  if (iv.isTensor()) return copy(iv.toTensor());
-  if (iv.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : iv.toTensorList()) out.push_back(copy(t));
-    return out;
-  }
-  if (iv.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(copy(*t)) : std::nullopt);
-    return out;
-  }
-  return iv;
+  return mapTensors(iv, copy);
 }
 
 // Same sizes, dtype and strides (strides only where they matter: dims
