@@ -26,6 +26,7 @@
 #include "core/Generator.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/op_registration.h>
 #include <c10/core/DeviceGuard.h>
@@ -139,10 +140,19 @@ bool isGeneratorType(const c10::TypePtr& type) {
 // Maps one CPU result back to the device.
 at::Tensor resultToDevice(AliasState& st, const at::Tensor& r, const std::string& op) {
   if (!r.defined() || !r.device().is_cpu()) return r;
+  if (r.layout() == at::kSparse) {
+    // Sparse COO (e.g. _to_sparse of a dense tensor): indices and values
+    // come back like any result, under a sparse neuron tensor (Sparse.cpp).
+    return at::_sparse_coo_tensor_with_dims_and_tensors(
+        r.sparse_dim(), r.dense_dim(), r.sizes(), resultToDevice(st, r._indices(), op),
+        resultToDevice(st, r._values(), op), r.options().device(kNeuron, st.device),
+        r.is_coalesced());
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(
       r.layout() == at::kStrided, op, " returned a ", r.layout(),
-      " tensor: neuron supports the strided layout only (no sparse or mkldnn tensors yet). "
-      "Make the tensor on CPU instead, e.g. x.cpu().to_sparse().");
+      " tensor: neuron supports the strided and sparse COO layouts only (no sparse "
+      "compressed or mkldnn tensors yet). Make the tensor on CPU instead, e.g. "
+      "x.cpu().to_sparse_csr().");
   auto orig = st.originals.find(r.unsafeGetTensorImpl());
   if (orig != st.originals.end()) return orig->second;
   if (r.has_storage()) {

@@ -1,0 +1,299 @@
+// Sparse.cpp — sparse COO tensors on neuron (DispatchKey SparsePrivateUse1).
+//
+// A sparse neuron tensor is ATen's own SparseTensorImpl whose indices and
+// values are dense neuron tensors, as on CUDA. Two kinds of kernels:
+//   - metadata and construction (sparse_dim, _indices, _values, coalesced
+//     flag, resizing, empty, copy_, zero_, the tensor-with-indices-and-values
+//     constructor): ATen's own kernels, which are device-generic (they are
+//     also SparseMeta's);
+//   - everything else (the boxed fallback below): synchronous, through CPU.
+//     Sparse neuron arguments become CPU sparse tensors (indices and values
+//     copied, same coalesced flag), dense neuron arguments CPU copies, a
+//     neuron Device argument CPU; the op's CPU kernel runs (SparseCPU or CPU,
+//     whichever the arguments select); results come back to the device
+//     (sparse as sparse), unless a Device argument asked for CPU. Written
+//     arguments take the CPU result back (sparse: copy_ swaps in the new
+//     indices and values). Results are CPU's, bitwise.
+// Ops that have a SparseCPU kernel but would reach SparsePrivateUse1 through
+// a composite decomposition meant for dense tensors (clone, is_pinned, ...)
+// are routed to the fallback explicitly, at load time.
+#include "aten/Common.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_dimI_native.h>
+#include <ATen/ops/_dimV_native.h>
+#include <ATen/ops/_indices_native.h>
+#include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
+#include <ATen/ops/_values_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/copy_sparse_to_sparse_native.h>
+#include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/empty_like_native.h>
+#include <ATen/ops/empty_native.h>
+#include <ATen/ops/indices_native.h>
+#include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
+#include <ATen/ops/sparse_resize_native.h>
+#include <ATen/ops/values_native.h>
+#include <ATen/ops/zero_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/flat_hash_map.h>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+namespace torchneuron {
+namespace {
+
+// A sparse COO tensor on `device` with t's shape, dims and coalesced flag,
+// over indices/values already there.
+at::Tensor sparseOver(const at::Tensor& like, const at::Tensor& indices, const at::Tensor& values,
+                      c10::Device device) {
+  return at::_sparse_coo_tensor_with_dims_and_tensors(
+      like.sparse_dim(), like.dense_dim(), like.sizes(), indices, values,
+      like.options().device(device), like.is_coalesced());
+}
+
+at::Tensor sparseTo(const at::Tensor& t, c10::Device device) {
+  return sparseOver(t, t._indices().to(device), t._values().to(device), device);
+}
+
+bool isDeviceType(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::DeviceObjType) return true;
+  if (auto opt = type->cast<c10::OptionalType>()) {
+    return opt->getElementType()->kind() == c10::TypeKind::DeviceObjType;
+  }
+  return false;
+}
+
+struct SparseCall {
+  std::string name;
+  c10::DeviceIndex device = -1;
+  bool cpu_device_arg = false;  // a Device argument asked for CPU
+  bool neuron_device_arg = false;
+  ska::flat_hash_map<c10::TensorImpl*, at::Tensor> by_impl;  // neuron -> CPU twin
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;    // (neuron, CPU twin)
+};
+
+[[noreturn]] void mismatch(const SparseCall& c, c10::Device other) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                     "devices, ", c10::Device(kNeuron, c.device), " and ", other,
+                     "! (while running ", c.name, " on sparse neuron tensors)");
+}
+
+void noteDevice(SparseCall& c, c10::Device d) {
+  if (c.device < 0) {
+    c.device = d.index() < 0 ? currentDevice() : d.index();
+  } else if (d.index() >= 0 && c.device != d.index()) {
+    mismatch(c, d);
+  }
+}
+
+at::Tensor toCpu(SparseCall& c, const at::Tensor& t, bool written) {
+  if (!t.defined()) return t;
+  if (!isNeuron(t)) {
+    // As on CUDA: CPU scalars (0-dim dense) may mix in, nothing else.
+    if (!c.neuron_device_arg && !c.cpu_device_arg && (t.is_sparse() || t.dim() != 0)) {
+      mismatch(c, t.device());
+    }
+    return t;
+  }
+  auto seen = c.by_impl.find(t.unsafeGetTensorImpl());
+  at::Tensor cpu;
+  if (seen != c.by_impl.end()) {
+    cpu = seen->second;
+  } else {
+    if (t.is_sparse()) {
+      cpu = sparseTo(t, c10::Device(c10::kCPU));
+    } else {
+      TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, c.name, " got a ", t.layout(),
+                                  " neuron tensor: neuron supports the strided and sparse COO "
+                                  "layouts only");
+      cpu = t.to(c10::Device(c10::kCPU));
+      if (cpu.is_same(t)) cpu = t.clone();  // (never: t is on neuron)
+    }
+    c.by_impl.emplace(t.unsafeGetTensorImpl(), cpu);
+  }
+  if (written) {
+    bool listed = false;
+    for (const auto& w : c.written) listed |= w.second.is_same(cpu);
+    if (!listed) c.written.emplace_back(t, cpu);
+  }
+  return cpu;
+}
+
+at::Tensor toDevice(const SparseCall& c, const at::Tensor& r) {
+  if (!r.defined() || !r.device().is_cpu()) return r;
+  for (const auto& [original, twin] : c.written) {
+    if (twin.is_same(r)) return original;
+  }
+  const c10::Device dev(kNeuron, c.device);
+  if (r.is_sparse()) return sparseTo(r, dev);
+  TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == at::kStrided, c.name, " returned a ", r.layout(),
+                              " tensor: neuron supports the strided and sparse COO layouts only");
+  return r.to(dev);
+}
+
+void syncWritten(const at::Tensor& original, const at::Tensor& twin) {
+  if (original.is_sparse()) {
+    TORCH_CHECK(twin.is_sparse(), "sparse neuron tensor written with a ", twin.layout(), " result");
+    original.copy_(twin);  // copy_sparse_: resizes and takes new indices/values
+    return;
+  }
+  if (original.sizes() != twin.sizes()) original.resize_(twin.sizes());
+  original.copy_(twin);
+}
+
+void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t num_args = arguments.size();
+  const size_t begin = stack->size() - num_args;
+
+  SparseCall c;
+  c.name = fullName(schema.operator_name());
+  auto visit = [&](const at::Tensor& t) {
+    if (isNeuron(t)) noteDevice(c, t.device());
+  };
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& iv = (*stack)[begin + i];
+    if (iv.isTensor()) {
+      visit(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) visit(t);
+    } else if (iv.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList()) {
+        if (t.has_value()) visit(*t);
+      }
+    } else if (iv.isDevice() && isDeviceType(arguments[i].type())) {
+      if (iv.toDevice().type() == kNeuron) {
+        c.neuron_device_arg = true;
+        noteDevice(c, iv.toDevice());
+      } else if (iv.toDevice().is_cpu()) {
+        c.cpu_device_arg = true;
+      }
+    }
+  }
+  if (c.device < 0) c.device = currentDevice();
+  c10::DeviceGuard guard(c10::Device(kNeuron, c.device));
+  recordOp(c.name, OpPath::Fallback);
+  getCurrentStream(c.device).synchronize();
+
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& iv = (*stack)[begin + i];
+    const auto& arg = arguments[i];
+    const bool written = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    if (iv.isTensor()) {
+      iv = toCpu(c, iv.toTensor(), written);
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(toCpu(c, t, written));
+      iv = std::move(out);
+    } else if (iv.isOptionalTensorList()) {
+      auto list = iv.toOptionalTensorList();
+      c10::List<std::optional<at::Tensor>> out;
+      out.reserve(list.size());
+      for (const std::optional<at::Tensor>& t : list) {
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(toCpu(c, *t, written))
+                                    : std::nullopt);
+      }
+      iv = std::move(out);
+    } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
+      iv = c10::Device(c10::kCPU);
+    }
+  }
+
+  // The CPU arguments select SparseCPU's or CPU's kernel (autograd is
+  // already below us).
+  op.callBoxed(stack);
+
+  for (auto& [original, twin] : c.written) syncWritten(original, twin);
+  // A Device argument asking for CPU (and none for neuron): results stay there.
+  if (c.cpu_device_arg && !c.neuron_device_arg) return;
+  const size_t num_returns = schema.returns().size();
+  const size_t rbegin = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& iv = (*stack)[rbegin + i];
+    if (iv.isTensor()) {
+      iv = toDevice(c, iv.toTensor());
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(toDevice(c, t));
+      iv = std::move(out);
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors",
+         TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_symint));
+  m.impl("empty_like", TORCH_FN(at::native::empty_like_sparse_coo));
+  m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
+  m.impl("_values", TORCH_FN(at::native::_values_sparse));
+  m.impl("indices", TORCH_FN(at::native::indices_sparse));
+  m.impl("values", TORCH_FN(at::native::values_sparse));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("_dimI", TORCH_FN(at::native::sparse_dim_sparse));
+  m.impl("_dimV", TORCH_FN(at::native::dense_dim_sparse));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse));
+  m.impl("is_coalesced", TORCH_FN(at::native::is_coalesced_sparse));
+  m.impl("_coalesced_", TORCH_FN(at::native::_coalesced_sparse_));
+  m.impl("sparse_resize_", TORCH_FN(at::native::sparse_resize_));
+  m.impl("sparse_resize_and_clear_", TORCH_FN(at::native::sparse_resize_and_clear_));
+  m.impl("copy_sparse_to_sparse_", TORCH_FN(at::native::copy_sparse_));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_wrapper_));
+  m.impl("zero_", TORCH_FN(at::native::zero_sparse_));
+}
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparseFallback>());
+}
+
+namespace {
+
+// Ops with a SparseCPU kernel whose SparsePrivateUse1 entry would otherwise
+// be a composite kernel for dense tensors: the fallback, explicitly. Runs at
+// load time, after the registrations above (same translation unit) and
+// after libtorch_cpu's (a dependency, loaded first).
+struct RouteSparseCpuKernels {
+  RouteSparseCpuKernels() {
+    auto* lib = new torch::Library(torch::Library::IMPL, "aten",
+                                   c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__);
+    static std::vector<std::string> names;  // Library::impl keeps the pointer
+    auto& dispatcher = c10::Dispatcher::singleton();
+    std::vector<std::string> todo;
+    for (const c10::OperatorName& on : dispatcher.getAllOpNames()) {
+      if (on.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(on);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1)) continue;
+      if (!op->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU)) continue;
+      todo.push_back(fullName(on));
+    }
+    names.reserve(todo.size());
+    for (auto& name : todo) {
+      names.push_back(name);
+      lib->impl(names.back().c_str(), torch::CppFunction::makeFromBoxedFunction<&sparseFallback>());
+    }
+  }
+};
+RouteSparseCpuKernels g_route_sparse_cpu_kernels;
+
+}  // namespace
+
+}  // namespace torchneuron
