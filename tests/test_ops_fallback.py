@@ -355,11 +355,12 @@ def test_async_kernel_failure_surfaces_at_the_next_sync(generic_async):
     assert_same(x[:2] * 1, x.cpu()[:2])
 
 
-def test_sparse_results_raise_a_clear_error():
-    """Sparse layouts are not supported on neuron yet: a clear NotImplementedError
-    naming the op, and the device keeps working."""
+def test_unsupported_sparse_layouts_raise_a_clear_error():
+    """Sparse compressed layouts (CSR, ...) are not supported on neuron yet (COO
+    is: tests/test_sparse.py): a clear NotImplementedError naming the op, and
+    the device keeps working."""
     x = torch.randn(3, 4)
     nx = x.to("neuron")
-    with pytest.raises(NotImplementedError, match="strided layout only"):
-        nx.to_sparse()
+    with pytest.raises(NotImplementedError, match="strided and sparse COO layouts only"):
+        nx.to_sparse_csr()
     assert_same(nx * 2, x * 2)

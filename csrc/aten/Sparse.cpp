@@ -31,6 +31,7 @@
 #include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
 #include <ATen/ops/_values_native.h>
 #include <ATen/ops/copy_native.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/copy_sparse_to_sparse_native.h>
 #include <ATen/ops/dense_dim_native.h>
 #include <ATen/ops/empty_like_native.h>
@@ -80,7 +81,21 @@ struct SparseCall {
   bool neuron_device_arg = false;
   ska::flat_hash_map<c10::TensorImpl*, at::Tensor> by_impl;  // neuron -> CPU twin
   std::vector<std::pair<at::Tensor, at::Tensor>> written;    // (neuron, CPU twin)
+  // CPU twin storage -> the neuron storage it copies (same layout), so that a
+  // result sharing memory with an argument (a sparse result over its input's
+  // indices, say) shares it on the device too, as on CPU
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> storages;
 };
+
+// Records that dense CPU tensor `twin` copies neuron tensor `t` (when they
+// lay the bytes out alike).
+void noteTwin(SparseCall& c, const at::Tensor& t, const at::Tensor& twin) {
+  if (!twin.has_storage() || twin.strides() != t.strides() ||
+      twin.storage_offset() != t.storage_offset()) {
+    return;
+  }
+  c.storages.emplace(twin.storage().unsafeGetStorageImpl(), t.storage());
+}
 
 [[noreturn]] void mismatch(const SparseCall& c, c10::Device other) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
@@ -112,12 +127,14 @@ at::Tensor toCpu(SparseCall& c, const at::Tensor& t, bool written) {
   } else {
     if (t.is_sparse()) {
       cpu = sparseTo(t, c10::Device(c10::kCPU));
+      noteTwin(c, t._indices(), cpu._indices());
+      noteTwin(c, t._values(), cpu._values());
     } else {
       TORCH_CHECK_NOT_IMPLEMENTED(t.layout() == at::kStrided, c.name, " got a ", t.layout(),
                                   " neuron tensor: neuron supports the strided and sparse COO "
                                   "layouts only");
       cpu = t.to(c10::Device(c10::kCPU));
-      if (cpu.is_same(t)) cpu = t.clone();  // (never: t is on neuron)
+      noteTwin(c, t, cpu);
     }
     c.by_impl.emplace(t.unsafeGetTensorImpl(), cpu);
   }
@@ -129,16 +146,36 @@ at::Tensor toCpu(SparseCall& c, const at::Tensor& t, bool written) {
   return cpu;
 }
 
-at::Tensor toDevice(const SparseCall& c, const at::Tensor& r) {
+// A dense CPU result on the device with the same sizes, strides and storage
+// offset (CPU's layouts are observable: autograd copies a sparse gradient
+// whose indices are not contiguous). Results sharing a CPU storage share one
+// device storage.
+at::Tensor denseToDevice(SparseCall& c, const at::Tensor& r) {
+  if (!r.has_storage()) return r.to(c10::Device(kNeuron, c.device));
+  c10::StorageImpl* impl = r.storage().unsafeGetStorageImpl();
+  auto it = c.storages.find(impl);
+  if (it == c.storages.end()) {
+    const int64_t nbytes = static_cast<int64_t>(impl->nbytes());
+    at::Tensor bytes = at::empty({0}, at::TensorOptions().dtype(at::kByte));
+    bytes.set_(r.storage(), 0, {nbytes}, {1});
+    at::Tensor moved = bytes.to(c10::Device(kNeuron, c.device));
+    it = c.storages.emplace(impl, moved.storage()).first;
+  }
+  return tensorOverStorage(it->second, r, c10::DispatchKey::PrivateUse1);
+}
+
+at::Tensor toDevice(SparseCall& c, const at::Tensor& r) {
   if (!r.defined() || !r.device().is_cpu()) return r;
   for (const auto& [original, twin] : c.written) {
     if (twin.is_same(r)) return original;
   }
   const c10::Device dev(kNeuron, c.device);
-  if (r.is_sparse()) return sparseTo(r, dev);
+  if (r.is_sparse()) {
+    return sparseOver(r, toDevice(c, r._indices()), toDevice(c, r._values()), dev);
+  }
   TORCH_CHECK_NOT_IMPLEMENTED(r.layout() == at::kStrided, c.name, " returned a ", r.layout(),
                               " tensor: neuron supports the strided and sparse COO layouts only");
-  return r.to(dev);
+  return denseToDevice(c, r);
 }
 
 void syncWritten(const at::Tensor& original, const at::Tensor& twin) {
