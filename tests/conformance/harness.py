@@ -56,6 +56,15 @@ def compare(actual, expected, atol=0.0, rtol=0.0, allow_cpu=False):
         e = expected.detach()
         if a.dtype != e.dtype or a.shape != e.shape:
             return f"dtype/shape {a.dtype}{tuple(a.shape)} vs {e.dtype}{tuple(e.shape)}"
+        if a.layout == e.layout == torch.sparse_coo:
+            # Sparse COO: same dims and coalesced flag, then indices and values
+            # as stored (an uncoalesced tensor's order is CPU's too).
+            if (a.sparse_dim(), a.dense_dim(), a.is_coalesced()) != (
+                    e.sparse_dim(), e.dense_dim(), e.is_coalesced()):
+                return (f"sparse dims/coalesced {(a.sparse_dim(), a.dense_dim(), a.is_coalesced())}"
+                        f" vs {(e.sparse_dim(), e.dense_dim(), e.is_coalesced())}")
+            return (compare(a._indices(), e._indices(), 0.0, 0.0, allow_cpu=True)
+                    or compare(a._values(), e._values(), atol, rtol, allow_cpu=True))
         if a.layout != torch.strided or e.layout != torch.strided:
             return f"layout {a.layout} vs {e.layout}"
         try:
