@@ -226,3 +226,16 @@ def test_mismatched_devices_raise():
 def test_unsupported_layout_raises_clearly():
     with pytest.raises(NotImplementedError, match="sparse COO"):
         torch.randn(3, 3, device=NEURON).to_sparse_csr()
+
+
+def test_second_device(two_devices):
+    c = sample(1, seed=10)
+    n = c.to("neuron:1")
+    assert n.device == torch.device("neuron", 1)
+    assert n._values().device == torch.device("neuron", 1)
+    r = (n * 2.0).coalesce()
+    assert r.device == torch.device("neuron", 1) and r._indices().device == r.device
+    assert_sparse_same(r, (c * 2.0).coalesce())
+    d = torch.randn(4, 6).to("neuron:1").to_sparse()
+    assert d.device == torch.device("neuron", 1) and d._values().device == d.device
+    assert_sparse_same(n.to("neuron:0"), c)

@@ -274,12 +274,61 @@ void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
+namespace {
+
+// Factories under a guard for their device, as the dispatcher's generated
+// wrappers do for CUDA: SparseTensorImpl takes the current device.
+c10::Device factoryDevice(std::optional<c10::Device> device, const at::Tensor* like = nullptr) {
+  if (device.has_value() && device->type() == kNeuron) {
+    return c10::Device(kNeuron, device->index() < 0 ? currentDevice() : device->index());
+  }
+  if (like != nullptr && isNeuron(*like)) return like->device();
+  return c10::Device(kNeuron, currentDevice());
+}
+
+at::Tensor withDimsAndTensors(int64_t sparse_dim, int64_t dense_dim, c10::SymIntArrayRef size,
+                              const at::Tensor& indices, const at::Tensor& values,
+                              std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                              std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                              std::optional<bool> is_coalesced) {
+  c10::DeviceGuard guard(factoryDevice(device, &values));
+  return at::native::new_with_dims_and_tensor_sparse_symint(
+      sparse_dim, dense_dim, size, indices, values, dtype, layout, device, pin_memory,
+      is_coalesced);
+}
+
+at::Tensor withDims(int64_t sparse_dim, int64_t dense_dim, at::IntArrayRef size,
+                    std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                    std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  c10::DeviceGuard guard(factoryDevice(device));
+  return at::native::new_with_dims_sparse(sparse_dim, dense_dim, size, dtype, layout, device,
+                                          pin_memory);
+}
+
+at::Tensor emptySparse(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
+                       std::optional<at::Layout> layout, std::optional<c10::Device> device,
+                       std::optional<bool> pin_memory,
+                       std::optional<at::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(factoryDevice(device));
+  return at::native::empty_sparse_symint(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor emptyLikeSparse(const at::Tensor& self, std::optional<at::ScalarType> dtype,
+                           std::optional<at::Layout> layout, std::optional<c10::Device> device,
+                           std::optional<bool> pin_memory,
+                           std::optional<at::MemoryFormat> memory_format) {
+  c10::DeviceGuard guard(factoryDevice(device, &self));
+  return at::native::empty_like_sparse_coo(self, dtype, layout, device, pin_memory,
+                                           memory_format);
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
-  m.impl("_sparse_coo_tensor_with_dims_and_tensors",
-         TORCH_FN(at::native::new_with_dims_and_tensor_sparse_symint));
-  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(at::native::new_with_dims_sparse));
-  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_symint));
-  m.impl("empty_like", TORCH_FN(at::native::empty_like_sparse_coo));
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors", TORCH_FN(withDimsAndTensors));
+  m.impl("_sparse_coo_tensor_with_dims", TORCH_FN(withDims));
+  m.impl("empty.memory_format", TORCH_FN(emptySparse));
+  m.impl("empty_like", TORCH_FN(emptyLikeSparse));
   m.impl("_indices", TORCH_FN(at::native::_indices_sparse));
   m.impl("_values", TORCH_FN(at::native::_values_sparse));
   m.impl("indices", TORCH_FN(at::native::indices_sparse));
