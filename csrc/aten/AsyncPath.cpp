@@ -460,25 +460,6 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
   return true;
 }
 
-// iv with f applied to its tensors (a tensor, a list, an optional list);
-// other values unchanged.
-template <class F>
-c10::IValue mapTensors(const c10::IValue& iv, F f) {
-  if (iv.isTensor()) return f(iv.toTensor());
-  if (iv.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : iv.toTensorList()) out.push_back(f(t));
-    return out;
-  }
-  if (iv.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
-      out.push_back(t.has_value() ? std::optional<at::Tensor>(f(*t)) : std::nullopt);
-    return out;
-  }
-  return iv;
-}
-
 // The Meta stand-in of one argument.
 c10::IValue metaArg(const c10::IValue& iv, bool generator) {
   auto toMeta = [](const at::Tensor& t) -> at::Tensor {

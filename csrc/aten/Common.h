@@ -59,6 +59,40 @@ inline at::Tensor cpuAlias(const at::Tensor& t) {
   return tensorOverStorage(cpuStorageAlias(t.storage()), t, c10::DispatchKey::CPU);
 }
 
+// Calls f on each tensor of iv (a tensor, a list, an optional list).
+template <class F>
+void forEachTensor(const c10::IValue& iv, F&& f) {
+  if (iv.isTensor()) {
+    f(iv.toTensor());
+  } else if (iv.isTensorList()) {
+    for (const at::Tensor& t : iv.toTensorList()) f(t);
+  } else if (iv.isOptionalTensorList()) {
+    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+      if (t.has_value()) f(*t);
+  }
+}
+
+// iv with f applied to its tensors (a tensor, a list, an optional list);
+// other values unchanged. The generic paths convert arguments and results
+// with it.
+template <class F>
+c10::IValue mapTensors(const c10::IValue& iv, F&& f) {
+  if (iv.isTensor()) return f(iv.toTensor());
+  if (iv.isTensorList()) {
+    c10::List<at::Tensor> out;
+    out.reserve(iv.toTensorList().size());
+    for (const at::Tensor& t : iv.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (iv.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(f(*t)) : std::nullopt);
+    return out;
+  }
+  return iv;
+}
+
 // The operator's full name, e.g. "aten::add.Tensor".
 inline std::string fullName(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;

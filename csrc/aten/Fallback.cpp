@@ -241,23 +241,13 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const size_t begin = stack->size() - num_args;
 
   AliasState st;
-  bool has_device_arg = false;
   // Pass 1: the device.
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& iv = (*stack)[begin + i];
-    auto visit = [&](const at::Tensor& t) {
+    forEachTensor(iv, [&](const at::Tensor& t) {
       if (isNeuron(t)) noteDevice(st, name, t.device());
-    };
-    if (iv.isTensor()) {
-      visit(iv.toTensor());
-    } else if (iv.isTensorList()) {
-      for (const at::Tensor& t : iv.toTensorList()) visit(t);
-    } else if (iv.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList()) {
-        if (t.has_value()) visit(*t);
-      }
-    } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
-      has_device_arg = true;
+    });
+    if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
       noteDevice(st, name, c10::Device(kNeuron, resolveDevice(iv.toDevice().index())));
     }
   }
@@ -285,22 +275,8 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       }
       return t;
     };
-    if (iv.isTensor()) {
-      iv = convert(iv.toTensor());
-    } else if (iv.isTensorList()) {
-      auto list = iv.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(convert(t));
-      iv = std::move(out);
-    } else if (iv.isOptionalTensorList()) {
-      auto list = iv.toOptionalTensorList();
-      c10::List<std::optional<at::Tensor>> out;
-      out.reserve(list.size());
-      for (const std::optional<at::Tensor>& t : list) {
-        out.push_back(t.has_value() ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
-      }
-      iv = std::move(out);
+    if (iv.isTensor() || iv.isTensorList() || iv.isOptionalTensorList()) {
+      iv = mapTensors(iv, convert);
     } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
       iv = c10::Device(c10::DeviceType::CPU);
     } else if (isGeneratorType(arg.type())) {
@@ -335,15 +311,7 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const size_t rbegin = stack->size() - num_returns;
   for (size_t i = 0; i < num_returns; ++i) {
     c10::IValue& iv = (*stack)[rbegin + i];
-    if (iv.isTensor()) {
-      iv = resultToDevice(st, iv.toTensor(), name);
-    } else if (iv.isTensorList()) {
-      auto list = iv.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(resultToDevice(st, t, name));
-      iv = std::move(out);
-    }
+    iv = mapTensors(iv, [&](const at::Tensor& t) { return resultToDevice(st, t, name); });
   }
 }
 

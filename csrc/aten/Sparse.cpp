@@ -196,20 +196,12 @@ void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   SparseCall c;
   c.name = fullName(schema.operator_name());
-  auto visit = [&](const at::Tensor& t) {
-    if (isNeuron(t)) noteDevice(c, t.device());
-  };
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& iv = (*stack)[begin + i];
-    if (iv.isTensor()) {
-      visit(iv.toTensor());
-    } else if (iv.isTensorList()) {
-      for (const at::Tensor& t : iv.toTensorList()) visit(t);
-    } else if (iv.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList()) {
-        if (t.has_value()) visit(*t);
-      }
-    } else if (iv.isDevice() && isDeviceType(arguments[i].type())) {
+    forEachTensor(iv, [&](const at::Tensor& t) {
+      if (isNeuron(t)) noteDevice(c, t.device());
+    });
+    if (iv.isDevice() && isDeviceType(arguments[i].type())) {
       if (iv.toDevice().type() == kNeuron) {
         c.neuron_device_arg = true;
         noteDevice(c, iv.toDevice());
@@ -227,23 +219,8 @@ void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     c10::IValue& iv = (*stack)[begin + i];
     const auto& arg = arguments[i];
     const bool written = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
-    if (iv.isTensor()) {
-      iv = toCpu(c, iv.toTensor(), written);
-    } else if (iv.isTensorList()) {
-      auto list = iv.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(toCpu(c, t, written));
-      iv = std::move(out);
-    } else if (iv.isOptionalTensorList()) {
-      auto list = iv.toOptionalTensorList();
-      c10::List<std::optional<at::Tensor>> out;
-      out.reserve(list.size());
-      for (const std::optional<at::Tensor>& t : list) {
-        out.push_back(t.has_value() ? std::optional<at::Tensor>(toCpu(c, *t, written))
-                                    : std::nullopt);
-      }
-      iv = std::move(out);
+    if (iv.isTensor() || iv.isTensorList() || iv.isOptionalTensorList()) {
+      iv = mapTensors(iv, [&](const at::Tensor& t) { return toCpu(c, t, written); });
     } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
       iv = c10::Device(c10::kCPU);
     }
@@ -260,15 +237,7 @@ void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t rbegin = stack->size() - num_returns;
   for (size_t i = 0; i < num_returns; ++i) {
     c10::IValue& iv = (*stack)[rbegin + i];
-    if (iv.isTensor()) {
-      iv = toDevice(c, iv.toTensor());
-    } else if (iv.isTensorList()) {
-      auto list = iv.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(toDevice(c, t));
-      iv = std::move(out);
-    }
+    iv = mapTensors(iv, [&](const at::Tensor& t) { return toDevice(c, t); });
   }
 }
 
