@@ -364,3 +364,28 @@ def test_unsupported_sparse_layouts_raise_a_clear_error():
     with pytest.raises(NotImplementedError, match="strided and sparse COO layouts only"):
         nx.to_sparse_csr()
     assert_same(nx * 2, x * 2)
+
+
+def test_view_results_of_the_generic_path_under_inference_mode():
+    """A view the generic path returns (view_as_real) of a normal tensor is a
+    normal view under inference mode, as on CPU: complex ConvTranspose in
+    inference mode views its parameters so."""
+    w = torch.randn(2, 3, dtype=torch.complex64)
+    nw = w.to("neuron")
+    with torch.inference_mode():
+        v = torch.view_as_real(nw)
+        assert not v.is_inference() and v._base is nw
+        assert_same(v, torch.view_as_real(w))
+        m = torch.nn.ConvTranspose1d(2, 3, 3).to(torch.complex64)
+        x = torch.randn(1, 2, 5, dtype=torch.complex64)
+        nm = copy.deepcopy(m).to("neuron")
+    with torch.inference_mode():
+        assert_same(nm(x.to("neuron")), m(x), rtol=0, atol=0)
+
+
+def test_nested_tensor_results_raise_a_clear_error():
+    x = torch.randn(2, 4, 8, device="neuron")
+    mask = torch.tensor([[True, True, False, False], [True, True, True, False]], device="neuron")
+    with pytest.raises(NotImplementedError, match="nested tensors are not supported"):
+        torch._nested_tensor_from_mask(x, mask)
+    assert_same(x * 2, x.cpu() * 2)

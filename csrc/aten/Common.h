@@ -52,6 +52,20 @@ inline at::Tensor tensorOverStorage(c10::Storage storage, const at::Tensor& like
   return out;
 }
 
+// A view of device tensor `base` with `like`'s metadata, made as ATen makes
+// views: with the base's dispatch keys, so a view of a normal tensor is not
+// an inference tensor even under inference mode (autograd then records it as
+// a view: view_as_real of a parameter in inference mode).
+inline at::Tensor viewOf(const at::Tensor& base, const at::Tensor& like) {
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), like.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                   like.storage_offset());
+  out._set_conj(like.is_conj());
+  out._set_neg(like.is_neg());
+  return out;
+}
+
 // A CPU tensor aliasing the memory of neuron tensor t (same sizes, strides,
 // storage offset). Valid only while t's storage lives and no queued device
 // work touches it concurrently.

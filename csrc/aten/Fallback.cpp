@@ -45,7 +45,7 @@ struct AliasState {
   c10::DeviceIndex device = -1;
   // device StorageImpl -> CPU alias storage (and back)
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_cpu;
-  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_device;
+  ska::flat_hash_map<c10::StorageImpl*, at::Tensor> to_device;  // a device tensor over it
   // CPU alias TensorImpl -> original device tensor
   ska::flat_hash_map<c10::TensorImpl*, at::Tensor> originals;
   // device TensorImpl -> its one CPU alias: a tensor passed twice (x.op_(x),
@@ -119,7 +119,7 @@ at::Tensor aliasOf(AliasState& st, const at::Tensor& t, bool written) {
   auto it = st.to_cpu.find(impl);
   if (it == st.to_cpu.end()) {
     c10::Storage alias = cpuStorageAlias(t.storage(), /*resizable=*/true);
-    st.to_device.emplace(alias.unsafeGetStorageImpl(), t.storage());
+    st.to_device.emplace(alias.unsafeGetStorageImpl(), t);
     it = st.to_cpu.emplace(impl, std::move(alias)).first;
   }
   at::Tensor cpu = tensorOverStorage(it->second, t, c10::DispatchKey::CPU);
@@ -140,6 +140,10 @@ bool isGeneratorType(const c10::TypePtr& type) {
 // Maps one CPU result back to the device.
 at::Tensor resultToDevice(AliasState& st, const at::Tensor& r, const std::string& op) {
   if (!r.defined() || !r.device().is_cpu()) return r;
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      !r.is_nested(), op, " returned a nested tensor: nested tensors are not supported on "
+      "neuron yet. (nn.TransformerEncoder makes them in its inference fast path when given a "
+      "src_key_padding_mask; pass enable_nested_tensor=False to the encoder.)");
   if (r.layout() == at::kSparse) {
     // Sparse COO (e.g. _to_sparse of a dense tensor): indices and values
     // come back like any result, under a sparse neuron tensor (Sparse.cpp).
@@ -160,7 +164,7 @@ at::Tensor resultToDevice(AliasState& st, const at::Tensor& r, const std::string
     auto dev = st.to_device.find(simpl);
     if (dev != st.to_device.end()) {
       // A view of an input: same storage on the device.
-      return tensorOverStorage(dev->second, r, c10::DispatchKey::PrivateUse1);
+      return viewOf(dev->second, r);
     }
     auto adopted = st.adopted.find(simpl);
     if (adopted == st.adopted.end() && isDeviceDataPtr(simpl->data_ptr())) {

@@ -20,7 +20,10 @@ mode (train, eval), every ModuleInput from its module_inputs_func is run:
   stats), must be bitwise equal to CPU's (NaNs equal);
 - `backward_<mode>`: a grad_output drawn on CPU from a seeded generator for
   each differentiable output, torch.autograd.backward on both, then every
-  input's .grad and every parameter's .grad must be bitwise equal.
+  input's .grad and every parameter's .grad must be bitwise equal;
+- `forward_inference`: the eval-mode forward under torch.inference_mode() on
+  detached inputs (the fast paths PyTorch takes only without autograd, e.g.
+  MultiheadAttention's fused kernel), bitwise.
 
 A sample that raises on CPU must raise the same exception type on neuron.
 Samples that draw random numbers (dropout in train mode, ...) are skipped with
@@ -44,7 +47,8 @@ import harness  # noqa: E402
 
 EXPECTED = os.path.join(HERE, "modules_expected_failures.txt")
 MODES = ("train", "eval")
-CHECKS = tuple(f"{kind}_{mode}" for mode in MODES for kind in ("forward", "backward"))
+CHECKS = tuple(f"{kind}_{mode}" for mode in MODES for kind in ("forward", "backward")) + (
+    "forward_inference",)
 SEED = 0
 
 
@@ -213,8 +217,31 @@ def _raise_mismatch(n_err, c_err):
     return f"CPU raised {harness.first_line(c_err)}; neuron did not"
 
 
-def run_sample(info, mi, dtype, training, desc, fwd, bwd):
-    """Runs one ModuleInput on both devices; adds its outcome to fwd and bwd."""
+def _inference(m, nm, cargs, ckwargs, nargs, nkwargs, desc, inf):
+    """Eval forward under torch.inference_mode() on detached inputs: the
+    fast paths PyTorch takes only without autograd (MultiheadAttention's
+    _native_multi_head_attention, TransformerEncoderLayer's fused layer)."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def detach(x):
+        return x.detach() if isinstance(x, torch.Tensor) else x
+    with torch.inference_mode():
+        expected, c_err = _call(lambda: m(*tree_map(detach, cargs), **tree_map(detach, ckwargs)))
+        actual, n_err = _call(lambda: nm(*tree_map(detach, nargs), **tree_map(detach, nkwargs)))
+    r = _raise_mismatch(n_err, c_err)
+    if r:
+        inf.fail(desc, r)
+    elif c_err is not None:
+        inf.ok(raised=True)
+    else:
+        r = _compare_tree(actual, expected, "output")
+        inf.fail(desc, r) if r else inf.ok()
+
+
+def run_sample(info, mi, dtype, training, desc, fwd, bwd, inf=None):
+    """Runs one ModuleInput on both devices; adds its outcome to fwd and bwd
+    (and, in eval mode, to inf: the same forward under inference mode)."""
     import torch
     from torch.utils._pytree import tree_leaves
 
@@ -252,6 +279,9 @@ def run_sample(info, mi, dtype, training, desc, fwd, bwd):
         fwd.fail(desc, f"moving the module to neuron raised {harness.first_line(e)}")
         bwd.skip("the module did not move to neuron")
         return
+
+    if inf is not None:
+        _inference(m, nm, cargs, ckwargs, nargs, nkwargs, desc, inf)
 
     # Forward, then buffers.
     expected, c_err = _call(lambda: m(*cargs, **ckwargs))
@@ -329,6 +359,7 @@ def run_module(info, dtypes, max_samples):
         for mode in MODES:
             training = mode == "train"
             fwd, bwd = Check(), Check()
+            inf = Check() if not training else None
             try:
                 torch.manual_seed(SEED)
                 inputs = list(info.module_inputs_func(info, device="cpu", dtype=dtype,
@@ -345,12 +376,14 @@ def run_module(info, dtypes, max_samples):
             for i, mi in enumerate(inputs):
                 desc = f"sample {i}" + (f" ({mi.desc})" if mi.desc else "")
                 try:
-                    run_sample(info, mi, dtype, training, desc, fwd, bwd)
+                    run_sample(info, mi, dtype, training, desc, fwd, bwd, inf)
                 except Exception as e:  # noqa: BLE001 - a harness gap, never a pass
                     fwd.fail(desc, f"harness error: {harness.first_line(e)}")
                     bwd.skip("harness error")
             records.append(fwd.record(base, f"forward_{mode}"))
             records.append(bwd.record(base, f"backward_{mode}"))
+            if inf is not None:
+                records.append(inf.record(base, "forward_inference"))
     return records
 
 
