@@ -112,21 +112,29 @@ TEST(Event, ElapsedTimeNotReady) {
   NRT_OK(nrtStreamDestroy(s));
 }
 
+// Closes the gate, then queues: on a new stream of device 0 (producer) the
+// gate, log 1 and a record of a new event e; on a new stream of device 1
+// (consumer) a wait for e and log 2. The log starts empty.
+void queueCrossDeviceWait(nrtStream_t* producer, nrtStream_t* consumer, nrtEvent_t* e) {
+  NRT_OK(nrtStreamCreate(producer, 0, 0));
+  NRT_OK(nrtStreamCreate(consumer, 1, 0));
+  NRT_OK(nrtEventCreate(e, NRT_EVENT_DISABLE_TIMING));
+  takeLog();
+  gateOpen = false;
+  LogArgs first{1}, second{2};  // launches copy their arguments
+  NRT_OK(nrtLaunchKernel(*producer, "gate", gateKernel, nullptr, 0));
+  NRT_OK(nrtLaunchKernel(*producer, "log", logKernel, &first, sizeof first));
+  NRT_OK(nrtEventRecord(*e, *producer));
+  NRT_OK(nrtStreamWaitEvent(*consumer, *e));
+  NRT_OK(nrtLaunchKernel(*consumer, "log", logKernel, &second, sizeof second));
+}
+
 TEST(Event, StreamWaitsForEventOnAnotherDevice) {
   if (launchBlocking()) GTEST_SKIP() << "a gate kernel would block the launching thread";
   nrtStream_t producer, consumer;
-  NRT_OK(nrtStreamCreate(&producer, 0, 0));
-  NRT_OK(nrtStreamCreate(&consumer, 1, 0));
   nrtEvent_t e;
-  NRT_OK(nrtEventCreate(&e, NRT_EVENT_DISABLE_TIMING));
-  takeLog();
-  gateOpen = false;
-  LogArgs first{1}, second{2};
-  NRT_OK(nrtLaunchKernel(producer, "gate", gateKernel, nullptr, 0));
-  NRT_OK(nrtLaunchKernel(producer, "log", logKernel, &first, sizeof first));
-  NRT_OK(nrtEventRecord(e, producer));
-  NRT_OK(nrtStreamWaitEvent(consumer, e));
-  NRT_OK(nrtLaunchKernel(consumer, "log", logKernel, &second, sizeof second));
+  queueCrossDeviceWait(&producer, &consumer, &e);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(nrtStreamQuery(consumer), NRT_ERROR_NOT_READY);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(takeLog().empty());  // the consumer is parked behind the event
@@ -197,18 +205,9 @@ TEST(Event, WaitOnOwnStreamAddsNoWork) {
 TEST(Event, DestroyWhileAStreamWaitsOnIt) {
   if (launchBlocking()) GTEST_SKIP() << "a gate kernel would block the launching thread";
   nrtStream_t producer, consumer;
-  NRT_OK(nrtStreamCreate(&producer, 0, 0));
-  NRT_OK(nrtStreamCreate(&consumer, 1, 0));
-  takeLog();
-  gateOpen = false;
-  LogArgs first{1}, second{2};
   nrtEvent_t e;
-  NRT_OK(nrtEventCreate(&e, NRT_EVENT_DISABLE_TIMING));
-  NRT_OK(nrtLaunchKernel(producer, "gate", gateKernel, nullptr, 0));
-  NRT_OK(nrtLaunchKernel(producer, "log", logKernel, &first, sizeof first));
-  NRT_OK(nrtEventRecord(e, producer));
-  NRT_OK(nrtStreamWaitEvent(consumer, e));
-  NRT_OK(nrtLaunchKernel(consumer, "log", logKernel, &second, sizeof second));
+  queueCrossDeviceWait(&producer, &consumer, &e);
+  if (HasFatalFailure()) return;
   NRT_OK(nrtEventDestroy(e));
   nrtEvent_t others[4];
   for (auto& o : others) NRT_OK(nrtEventCreate(&o, 0));  // may take the old slot
