@@ -54,6 +54,9 @@ struct Plan {
   std::vector<bool> outArg;              // per argument: a keyword-only out= tensor
   std::vector<bool> generatorArg;        // per argument
   size_t numFresh = 0;
+  // native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update
+  // (any overload): CPU's kernels need the exceptions below.
+  bool batchNorm = false;
 };
 
 bool isTensorLike(const c10::TypePtr& t) {
@@ -66,12 +69,6 @@ bool isTensorLike(const c10::TypePtr& t) {
     return el->kind() == c10::TypeKind::TensorType;
   }
   return false;
-}
-
-bool isGenerator(const c10::TypePtr& t) {
-  c10::TypePtr e = t;
-  if (auto opt = t->cast<c10::OptionalType>()) e = opt->getElementType();
-  return e->kind() == c10::TypeKind::GeneratorType;
 }
 
 // The out= overload of a functional op ("foo.out" / "foo.bar_out"): the same
@@ -99,6 +96,9 @@ void makePlan(const c10::OperatorHandle& op, Plan& p) {
   const c10::FunctionSchema& s = op.schema();
   p.name = fullName(s.operator_name());
   p.counters = opCounters(p.name);
+  for (const char* bn : {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
+                         "aten::_batch_norm_with_update"})
+    p.batchNorm |= p.name.rfind(bn, 0) == 0;
   if (s.is_vararg() || s.is_varret()) return;
   const auto& args = s.arguments();
   bool anyWritten = false;
@@ -110,7 +110,7 @@ void makePlan(const c10::OperatorHandle& op, Plan& p) {
     anyWritten |= written;
     p.writtenArg.push_back(written);
     p.outArg.push_back(written && a.kwarg_only());
-    p.generatorArg.push_back(isGenerator(a.type()));
+    p.generatorArg.push_back(isKindOrOptional(a.type(), c10::TypeKind::GeneratorType));
   }
   for (const auto& r : s.returns()) {
     if (r.type()->kind() != c10::TypeKind::TensorType) return;
@@ -234,11 +234,11 @@ struct Prepared {
   bool cacheable = true;
 };
 
+}  // namespace
+
 // What the Meta pass tells us: the final layout of every written tensor and
 // of every fresh result. It depends only on argument metadata, so it is
 // cached per (op, metadata): a training loop pays for it once per shape.
-}  // namespace
-
 struct TensorMeta {
   c10::SmallVector<int64_t, 5> sizes;
   c10::SmallVector<int64_t, 5> strides;
@@ -277,14 +277,21 @@ void keyPut(std::string& key, const T& v) {
   key.append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-void keyTensor(std::string& key, const at::Tensor& t) {
+// dtype, where the tensor lives (device, wrapped number, CPU) and rank;
+// false for an undefined tensor.
+bool keyTensorHead(std::string& key, const at::Tensor& t) {
   if (!t.defined()) {
     keyPut<int8_t>(key, -1);
-    return;
+    return false;
   }
   keyPut<int8_t>(key, static_cast<int8_t>(t.scalar_type()));
   keyPut<int8_t>(key, isNeuron(t) ? 1 : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 2 : 3));
   keyPut<int8_t>(key, static_cast<int8_t>(t.dim()));
+  return true;
+}
+
+void keyTensor(std::string& key, const at::Tensor& t) {
+  if (!keyTensorHead(key, t)) return;
   for (int64_t v : t.sizes()) keyPut(key, v);
   for (int64_t v : t.strides()) keyPut(key, v);
 }
@@ -317,14 +324,13 @@ bool keyValue(std::string& key, const c10::IValue& iv) {
   return false;
 }
 
-// Meta kernels are not CPU's kernels: a few disagree with CPU's out= kernel
-// about a result's dtype or shape (statistics of reduced-precision norms,
-// losses that reduce in place of their out=, eval-mode batch norm). So the
-// first call of an op with a given *kind* of arguments (dtypes, ranks,
-// contiguity and plain values, not sizes) runs inline on the host, and the
-// kernel must write into exactly the layouts the Meta pass gave; the verdict
-// is kept per kind, so a loop whose shapes change (decoding) stays
-// asynchronous. The queued kernel checks the layouts again, every time, and
+// Meta kernels are not CPU's kernels: a few disagree with CPU's kernels
+// about a result's dtype, shape or strides (statistics of reduced-precision
+// norms, losses that reduce in place of their out=, svd's Vh). So the first
+// call of an op with a given *kind* of arguments (dtypes, ranks, contiguity,
+// lengths 0/1/many and plain values, not the lengths themselves) runs inline
+// on the host (verifyInline); the verdict is kept per kind, so a loop whose
+// lengths change (decoding) stays asynchronous. The queued kernel checks the layouts again, every time, and
 // reports a disagreement as an error naming the op, never a wrong result.
 struct VerdictCache {
   std::mutex mu;
@@ -336,19 +342,12 @@ VerdictCache& verdictCache() {
 }
 
 void kindOfTensor(std::string& key, const at::Tensor& t) {
-  if (!t.defined()) return keyPut<int8_t>(key, -1);
-  keyPut<int8_t>(key, static_cast<int8_t>(t.scalar_type()));
-  keyPut<int8_t>(key, isNeuron(t) ? 1 : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 2 : 3));
-  keyPut<int8_t>(key, static_cast<int8_t>(t.dim()));
+  if (!keyTensorHead(key, t)) return;
   keyPut<int8_t>(key, t.is_contiguous() ? 1 : (t.is_non_overlapping_and_dense() ? 2 : 3));
   // Lengths 0 and 1 are where kernels take other routes (broadcasting,
   // squeezing, empty results); other lengths are all alike.
   for (int64_t n : t.sizes()) keyPut<int8_t>(key, n > 1 ? 2 : static_cast<int8_t>(n));
 }
-
-bool keyValue(std::string& key, const c10::IValue& iv);
-
-}  // namespace
 
 void recordVerdict(const std::string& kind, int verdict) {
   if (kind.empty()) return;
@@ -357,8 +356,6 @@ void recordVerdict(const std::string& kind, int verdict) {
   if (vc.verdicts.size() >= 65536) vc.verdicts.clear();
   vc.verdicts[kind] = verdict;
 }
-
-namespace {
 
 std::string kindKey(const void* plan, const torch::jit::Stack& stack, size_t begin, size_t n) {
   std::string key;
@@ -481,15 +478,9 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
   for (size_t i = 0; i < n; ++i) {
     meta.push_back(metaArg(stack[begin + i], plan.generatorArg[i]));
     if (!plan.writtenArg[i]) continue;
-    const c10::IValue& m = meta.back();
-    if (m.isTensor()) {
-      if (m.toTensor().defined()) writtenMeta.push_back(m.toTensor());
-    } else if (m.isTensorList()) {
-      for (const at::Tensor& t : m.toTensorList()) writtenMeta.push_back(t);
-    } else if (m.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : m.toOptionalTensorList())
-        if (t.has_value()) writtenMeta.push_back(*t);
-    }
+    forEachTensor(meta.back(), [&](const at::Tensor& t) {
+      if (t.defined()) writtenMeta.push_back(t);
+    });
   }
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
@@ -539,27 +530,23 @@ std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const P
 }
 
 // Batch norm in eval mode returns empty statistics from CPU's functional
-// kernel, where its Meta kernel and its out= kernel keep per-channel ones:
-// no layout check can see that, so these calls run synchronously.
+// kernel, where its Meta kernel and its out= kernel keep per-channel ones
+// (and an out= call leaves empty statistics empty, where Meta would resize
+// them): these calls run synchronously. (Argument 5 is `training` for
+// native_batch_norm and _native_batch_norm_legit; the other overloads have
+// no bool there.)
 bool functionalShapesDependOnArguments(const Plan& plan, const torch::jit::Stack& stack,
                                        size_t begin) {
-  if (plan.name.rfind("aten::native_batch_norm", 0) == 0 ||
-      plan.name.rfind("aten::_native_batch_norm_legit", 0) == 0) {
-    // (and their out= overloads, which leave empty statistics empty)
-    const c10::IValue& training = stack[begin + 5];
-    return training.isBool() && !training.toBool();
-  }
-  return false;
+  if (!plan.batchNorm) return false;
+  const c10::IValue& training = stack[begin + 5];
+  return training.isBool() && !training.toBool();
 }
 
 // CPU's training-mode batch norm out= kernels read a non-contiguous input
 // wrongly (garbage statistics; the functional kernels make it contiguous
 // first), so such calls run the functional kernel and copy its results.
 bool outOverloadMisreads(const Plan& plan, const torch::jit::Stack& stack, size_t begin) {
-  if (plan.name.rfind("aten::native_batch_norm", 0) != 0 &&
-      plan.name.rfind("aten::_native_batch_norm_legit", 0) != 0 &&
-      plan.name.rfind("aten::_batch_norm_with_update", 0) != 0)
-    return false;
+  if (!plan.batchNorm) return false;
   const c10::IValue& input = stack[begin];
   if (!input.isTensor()) return false;
   const at::Tensor& t = input.toTensor();
@@ -681,30 +668,25 @@ struct Kernel {
   // run() on the host; false (and its warnings dropped: the synchronous path
   // gives the op's own) when it raised or did not keep the layouts.
   bool tryInline() const {
+    return tryQuietly([&] { return run(); }, /*replayOnSuccess=*/true);
+  }
+
+  // f() with its exceptions meaning false and its warnings held back: passed
+  // on only when replayOnSuccess and f() succeeded.
+  template <class F>
+  static bool tryQuietly(F&& f, bool replayOnSuccess = false) {
     HeldWarnings held;
     bool ok = false;
     {
       c10::WarningUtils::WarningHandlerGuard guard(&held);
       try {
-        ok = run();
+        ok = f();
       } catch (const std::exception&) {
         ok = false;
       }
     }
-    if (ok) held.replay();
+    if (ok && replayOnSuccess) held.replay();
     return ok;
-  }
-
-  // f() with its warnings dropped and its exceptions meaning false.
-  template <class F>
-  static bool tryQuietly(F&& f) {
-    HeldWarnings held;
-    c10::WarningUtils::WarningHandlerGuard guard(&held);
-    try {
-      return f();
-    } catch (const std::exception&) {
-      return false;
-    }
   }
 };
 

@@ -17,7 +17,6 @@ class OperatorHandle;
 namespace torchneuron {
 
 struct MetaResult;  // AsyncPath.cpp
-void recordVerdict(const std::string& kind, int verdict);
 
 // A Meta pass the asynchronous path tried to trust and could not: its
 // first, inline run did not write into the layouts the Meta pass gave. The

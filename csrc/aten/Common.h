@@ -7,6 +7,7 @@
 #include "core/Stream.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/jit_type.h>
 #include <ATen/core/operator_name.h>
 #include <ATen/core/stack.h>
 #include <c10/core/CPUAllocator.h>
@@ -14,6 +15,8 @@
 #include <c10/core/TensorImpl.h>
 
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace c10 {
 class OperatorHandle;
@@ -71,6 +74,23 @@ inline at::Tensor viewOf(const at::Tensor& base, const at::Tensor& like) {
 // work touches it concurrently.
 inline at::Tensor cpuAlias(const at::Tensor& t) {
   return tensorOverStorage(cpuStorageAlias(t.storage()), t, c10::DispatchKey::CPU);
+}
+
+// Whether a schema type is `kind` or Optional[kind] (Generator?, Device?).
+inline bool isKindOrOptional(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (auto opt = type->cast<c10::OptionalType>()) return opt->getElementType()->kind() == kind;
+  return type->kind() == kind;
+}
+
+// Adds (device tensor, its CPU twin) to a generic path's list of written
+// arguments, once: a tensor passed twice (x.op_(x), op(x, out=x)) is synced
+// back once.
+inline void noteWritten(std::vector<std::pair<at::Tensor, at::Tensor>>& written,
+                        const at::Tensor& device, const at::Tensor& cpu) {
+  for (const auto& w : written) {
+    if (w.second.is_same(cpu)) return;
+  }
+  written.emplace_back(device, cpu);
 }
 
 // Calls f on each tensor of iv (a tensor, a list, an optional list).

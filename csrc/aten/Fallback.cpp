@@ -107,13 +107,8 @@ void noteDevice(AliasState& st, const std::string& op, c10::Device d) {
 at::Tensor aliasOf(AliasState& st, const at::Tensor& t, bool written) {
   auto seen = st.by_impl.find(t.unsafeGetTensorImpl());
   if (seen != st.by_impl.end()) {
-    const at::Tensor& cpu = seen->second;
-    if (written) {
-      bool listed = false;
-      for (const auto& w : st.written) listed |= w.second.is_same(cpu);
-      if (!listed) st.written.emplace_back(t, cpu);
-    }
-    return cpu;
+    if (written) noteWritten(st.written, t, seen->second);
+    return seen->second;
   }
   auto* impl = t.storage().unsafeGetStorageImpl();
   auto it = st.to_cpu.find(impl);
@@ -125,16 +120,8 @@ at::Tensor aliasOf(AliasState& st, const at::Tensor& t, bool written) {
   at::Tensor cpu = tensorOverStorage(it->second, t, c10::DispatchKey::CPU);
   st.originals.emplace(cpu.unsafeGetTensorImpl(), t);
   st.by_impl.emplace(t.unsafeGetTensorImpl(), cpu);
-  if (written) st.written.emplace_back(t, cpu);
+  if (written) noteWritten(st.written, t, cpu);
   return cpu;
-}
-
-bool isGeneratorType(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-  }
-  return false;
 }
 
 // Maps one CPU result back to the device.
@@ -283,7 +270,7 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       iv = mapTensors(iv, convert);
     } else if (iv.isDevice() && iv.toDevice().type() == kNeuron) {
       iv = c10::Device(c10::DeviceType::CPU);
-    } else if (isGeneratorType(arg.type())) {
+    } else if (isKindOrOptional(arg.type(), c10::TypeKind::GeneratorType)) {
       at::Generator gen = iv.isNone() ? getDefaultGenerator(st.device) : iv.toGenerator();
       if (gen.device().type() == kNeuron) {
         iv = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();

@@ -66,14 +66,6 @@ at::Tensor sparseTo(const at::Tensor& t, c10::Device device) {
   return sparseOver(t, t._indices().to(device), t._values().to(device), device);
 }
 
-bool isDeviceType(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::DeviceObjType) return true;
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::DeviceObjType;
-  }
-  return false;
-}
-
 struct SparseCall {
   std::string name;
   c10::DeviceIndex device = -1;
@@ -138,11 +130,7 @@ at::Tensor toCpu(SparseCall& c, const at::Tensor& t, bool written) {
     }
     c.by_impl.emplace(t.unsafeGetTensorImpl(), cpu);
   }
-  if (written) {
-    bool listed = false;
-    for (const auto& w : c.written) listed |= w.second.is_same(cpu);
-    if (!listed) c.written.emplace_back(t, cpu);
-  }
+  if (written) noteWritten(c.written, t, cpu);
   return cpu;
 }
 
@@ -201,7 +189,8 @@ void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     forEachTensor(iv, [&](const at::Tensor& t) {
       if (isNeuron(t)) noteDevice(c, t.device());
     });
-    if (iv.isDevice() && isDeviceType(arguments[i].type())) {
+    const bool deviceArg = isKindOrOptional(arguments[i].type(), c10::TypeKind::DeviceObjType);
+    if (iv.isDevice() && deviceArg) {
       if (iv.toDevice().type() == kNeuron) {
         c.neuron_device_arg = true;
         noteDevice(c, iv.toDevice());
