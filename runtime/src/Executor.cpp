@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "Activity.h"
 #include "Event.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,6 +45,7 @@ KernelContext*& currentKernel() {
 }
 
 KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
+  const uint64_t start = t.record ? activity::nowNs() : 0;
   KernelContext ctx;
   ctx.stream = stream;
   KernelContext*& slot = currentKernel();
@@ -51,6 +53,10 @@ KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
   slot = &ctx;
   nrtStatus st = t.fn(t.args());
   slot = outer;
+  if (t.record) {
+    activity::finish(t.record, start, activity::nowNs(), st);
+    t.record = nullptr;
+  }
   if (st == NRT_SUCCESS) return nullptr;
   std::string msg = std::string("kernel '") + t.name + "' failed with " + nrtGetErrorName(st);
   if (ctx.messageSet) msg += ": " + ctx.message;

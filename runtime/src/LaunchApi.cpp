@@ -1,4 +1,5 @@
 // LaunchApi.cpp — queueing kernels on streams.
+#include "Activity.h"
 #include "Runtime.h"
 
 using namespace nrt;
@@ -9,8 +10,14 @@ Stream* lookupStream(Runtime* rt, nrtStream_t h, nrtStatus* st);
 
 extern "C" {
 
-nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn, const void* args,
-                          size_t argsSize) {
+nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn fn,
+                        const void* args, size_t argsSize, uint64_t* workId) {
+  if (!desc) return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: desc is NULL");
+  if (desc->kind < nrtWorkKernel || desc->kind > nrtWorkHost)
+    return failf(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: unknown work kind %d",
+                 static_cast<int>(desc->kind));
+  if ((!desc->reads && desc->numReads) || (!desc->writes && desc->numWrites))
+    return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: buffer list is NULL but its count > 0");
   if (!fn) return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchKernel: fn is NULL");
   if (!args && argsSize)
     return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchKernel: args is NULL but argsSize > 0");
@@ -21,9 +28,12 @@ nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn, 
   Task t;
   t.kind = Task::kKernel;
   t.fn = fn;
-  t.setName(name);
+  t.setName(desc->name);
   if (!t.setArgs(args, argsSize))
     return failf(NRT_ERROR_INTERNAL, "no host memory for %zu bytes of kernel arguments", argsSize);
+  t.workId = activity::nextWorkId();
+  t.record = activity::begin(*desc, t.workId, stream, s->device);
+  if (workId) *workId = t.workId;
   if (rt->config().launchBlocking) {
     // Debug mode: drain the stream, then run here and report at once.
     s->executor->wait(s);
@@ -34,6 +44,14 @@ nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn, 
   }
   s->executor->enqueue(s, std::move(t));
   return NRT_SUCCESS;
+}
+
+nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn, const void* args,
+                          size_t argsSize) {
+  nrtWorkDesc desc{};
+  desc.name = name;
+  desc.kind = nrtWorkKernel;
+  return nrtLaunchWork(stream, &desc, fn, args, argsSize, nullptr);
 }
 
 nrtStatus nrtKernelSetError(const char* message) {

@@ -2,6 +2,7 @@
 // copies and memsets (the async forms are kernels on a stream).
 #include <cstring>
 
+#include "Activity.h"
 #include "Runtime.h"
 
 using namespace nrt;
@@ -35,6 +36,16 @@ nrtStatus classify(Runtime* rt, const void* p, size_t count, const char* what, R
   out->device = true;
   out->deviceIndex = d->index;
   return NRT_SUCCESS;
+}
+
+// The profiler's names for copies (CUDA's, so tools that group by them work).
+const char* copyName(nrtMemcpyKind kind, int dstDev, int srcDev) {
+  (void)kind;
+  if (dstDev >= 0 && srcDev >= 0) return dstDev == srcDev ? "Memcpy DtoD (Device -> Device)"
+                                                          : "Memcpy PtoP (Device -> Device)";
+  if (dstDev >= 0) return "Memcpy HtoD (Host -> Device)";
+  if (srcDev >= 0) return "Memcpy DtoH (Device -> Host)";
+  return "Memcpy HtoH (Host -> Host)";
 }
 
 const char* kindName(nrtMemcpyKind k) {
@@ -175,7 +186,27 @@ nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyKind kind
   nrtStatus st = checkCopy(rt, dst, src, count, kind, &dstDev, &srcDev);
   if (st == NRT_SUCCESS) st = drainDevices(dstDev, srcDev);
   if (st != NRT_SUCCESS) return st;
-  if (count) std::memcpy(dst, src, count);
+  if (!count) return NRT_SUCCESS;
+  // A synchronous copy runs here, on the calling thread, as the legacy
+  // stream's work item of the device it touches (timed like queued work).
+  const int device = dstDev >= 0 ? dstDev : srcDev;
+  nrtActivityRecord* rec = nullptr;
+  if (activity::recording() && device >= 0) {
+    const nrtBufferRange read{src, count}, write{dst, count};
+    nrtWorkDesc desc{};
+    desc.name = copyName(kind, dstDev, srcDev);
+    desc.kind = nrtWorkCopy;
+    desc.bytes = count;
+    desc.reads = &read;
+    desc.numReads = 1;
+    desc.writes = &write;
+    desc.numWrites = 1;
+    Device* d = rt->device(device, &st);
+    rec = activity::begin(desc, activity::nextWorkId(), d ? d->defaultStream : 0, device);
+  }
+  const uint64_t start = rec ? activity::nowNs() : 0;
+  std::memcpy(dst, src, count);
+  if (rec) activity::finish(rec, start, activity::nowNs(), NRT_SUCCESS);
   return NRT_SUCCESS;
 }
 
@@ -186,7 +217,16 @@ nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count, nrtMemcpyKind
   nrtStatus st = checkCopy(rt, dst, src, count, kind, &dstDev, &srcDev);
   if (st != NRT_SUCCESS) return st;
   CopyArgs args{dst, src, count};
-  return nrtLaunchKernel(stream, "nrtMemcpyAsync", copyKernel, &args, sizeof args);
+  const nrtBufferRange read{src, count}, write{dst, count};
+  nrtWorkDesc desc{};
+  desc.name = copyName(kind, dstDev, srcDev);
+  desc.kind = nrtWorkCopy;
+  desc.bytes = count;
+  desc.reads = &read;
+  desc.numReads = 1;
+  desc.writes = &write;
+  desc.numWrites = 1;
+  return nrtLaunchWork(stream, &desc, copyKernel, &args, sizeof args, nullptr);
 }
 
 nrtStatus nrtMemset(void* ptr, int value, size_t count) {
@@ -212,7 +252,14 @@ nrtStatus nrtMemsetAsync(void* ptr, int value, size_t count, nrtStream_t stream)
   if (!r.device)
     return failf(NRT_ERROR_INVALID_POINTER, "nrtMemsetAsync: %p is not device memory", ptr);
   SetArgs args{ptr, value, count};
-  return nrtLaunchKernel(stream, "nrtMemsetAsync", memsetKernel, &args, sizeof args);
+  const nrtBufferRange write{ptr, count};
+  nrtWorkDesc desc{};
+  desc.name = "Memset (Device)";
+  desc.kind = nrtWorkMemset;
+  desc.bytes = count;
+  desc.writes = &write;
+  desc.numWrites = 1;
+  return nrtLaunchWork(stream, &desc, memsetKernel, &args, sizeof args, nullptr);
 }
 
 }  // extern "C"

@@ -22,6 +22,8 @@ struct Task {
   void* heapArgs = nullptr;  // used when args exceed kInlineArgs
   Event* event = nullptr;    // kRecord / kWait
   uint64_t generation = 0;   // the event record this task makes / awaits
+  uint64_t workId = 0;       // kKernel: the work item's sequence number
+  nrtActivityRecord* record = nullptr;  // kKernel, while activity recording is on
   alignas(16) unsigned char inlineArgs[kInlineArgs];
   char name[kNameLen];
 
@@ -32,12 +34,17 @@ struct Task {
   Task& operator=(Task&& o) noexcept {
     if (this != &o) {
       std::free(heapArgs);
+      delete record;
       std::memcpy(static_cast<void*>(this), &o, sizeof(Task));
       o.heapArgs = nullptr;
+      o.record = nullptr;
     }
     return *this;
   }
-  ~Task() { std::free(heapArgs); }
+  ~Task() {
+    std::free(heapArgs);
+    delete record;  // the item never ran
+  }
 
   // Copies the kernel's arguments; false if the host is out of memory.
   bool setArgs(const void* args, size_t size) {

@@ -293,6 +293,108 @@ NRT_API nrtStatus nrtKernelSetError(const char* message);
 /* The stream the calling kernel runs on, or 0 outside a kernel. */
 NRT_API nrtStream_t nrtKernelCurrentStream(void);
 
+/* ------------------------------------------------------------------------ */
+/* Work records                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Every piece of device work — an op's kernel, a copy of any kind, a memset,
+ * a compiled graph's kernel, a collective, a custom kernel — is one queued
+ * work item with an identity: what it is (name, kind), where it runs (the
+ * stream), who launched it (a correlation id the layer above chose, e.g. the
+ * profiler's id of the CPU op) and the device buffers it reads and writes.
+ * nrtLaunchKernel, nrtMemcpyAsync and nrtMemsetAsync queue work items too
+ * (kinds Kernel, Copy, Memset). Tools read finished items as activity
+ * records (below). */
+
+typedef enum nrtWorkKind {
+  nrtWorkKernel = 0,     /* an op's kernel                                  */
+  nrtWorkCopy = 1,       /* a copy: bytes moved, or converted element-wise  */
+  nrtWorkMemset = 2,     /* a memset                                        */
+  nrtWorkGraph = 3,      /* a compiled graph's kernel                       */
+  nrtWorkCollective = 4, /* a collective or point-to-point transfer         */
+  nrtWorkCustom = 5,     /* a user's custom kernel                          */
+  nrtWorkHost = 6        /* host code queued for ordering (testing aids)    */
+} nrtWorkKind;
+
+/* One device buffer a work item reads or writes. */
+typedef struct nrtBufferRange {
+  const void* ptr;
+  size_t bytes;
+} nrtBufferRange;
+
+#define NRT_MAX_RECORDED_BUFFERS 4 /* per direction, in activity records */
+
+typedef struct nrtWorkDesc {
+  const char* name;        /* what the work is, e.g. "aten::add.out"; copied */
+  nrtWorkKind kind;
+  uint64_t correlationId;  /* 0: the calling thread's (nrtPushCorrelationId) */
+  uint64_t bytes;          /* bytes read + written (copies, memsets); 0: unknown */
+  const nrtBufferRange* reads;  /* may be NULL when numReads is 0 */
+  size_t numReads;
+  const nrtBufferRange* writes; /* may be NULL when numWrites is 0 */
+  size_t numWrites;
+} nrtWorkDesc;
+
+/* As nrtLaunchKernel, with the work item's identity. *workId (if not NULL)
+ * receives the item's process-wide sequence number (from 1). Errors: as
+ * nrtLaunchKernel, plus INVALID_VALUE (desc NULL, an unknown kind, buffers
+ * NULL with a count > 0). */
+NRT_API nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn fn,
+                                const void* args, size_t argsSize, uint64_t* workId);
+
+/* The calling thread's correlation id stack: work queued by this thread
+ * without an explicit id carries the top one (0 when the stack is empty).
+ * Push/pop nest, like a profiler's op ranges. Pop on an empty stack is
+ * INVALID_VALUE. */
+NRT_API nrtStatus nrtPushCorrelationId(uint64_t id);
+NRT_API nrtStatus nrtPopCorrelationId(void);
+NRT_API uint64_t nrtCurrentCorrelationId(void);
+
+/* ------------------------------------------------------------------------ */
+/* Activity records                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* While activity recording is on, the executor times every work item it
+ * runs and keeps one record of it, until taken with nrtActivityDrain.
+ * Timestamps are nanoseconds of the system clock since the Unix epoch (the
+ * clock nrtActivityTimestampNs reads, and the one PyTorch's profiler uses).
+ * Recording off costs one relaxed atomic load per item. Records are kept up
+ * to a bound (NRT_ACTIVITY_CAPACITY); beyond it items are counted as
+ * dropped, never blocking the device. */
+
+#define NRT_ACTIVITY_CAPACITY (1u << 20)
+
+typedef struct nrtActivityRecord {
+  uint64_t workId;         /* sequence number given at launch              */
+  uint64_t correlationId;  /* the launching op's id (see nrtWorkDesc)      */
+  nrtStream_t stream;
+  int device;
+  nrtWorkKind kind;
+  nrtStatus status;        /* the item's own result (KERNEL_FAILED, ...)  */
+  uint64_t bytes;
+  uint64_t queuedNs;       /* when the host queued it                     */
+  uint64_t startNs;        /* when the device began it                    */
+  uint64_t endNs;          /* when the device finished it                 */
+  char name[96];
+  uint32_t numReads, numWrites;  /* how many the launch gave (may exceed the recorded) */
+  nrtBufferRange reads[NRT_MAX_RECORDED_BUFFERS];
+  nrtBufferRange writes[NRT_MAX_RECORDED_BUFFERS];
+} nrtActivityRecord;
+
+/* Turns recording on (nonzero) or off. Items queued while it was off are not
+ * recorded even if they run later. Errors: none beyond INVALID_CONFIG. */
+NRT_API nrtStatus nrtActivityEnable(int enable);
+
+/* Moves up to capacity finished records, oldest first, into out and sets
+ * *count. *dropped (if not NULL) receives how many records were lost to the
+ * capacity bound since the last drain. Errors: INVALID_VALUE (out NULL with
+ * capacity > 0, count NULL). */
+NRT_API nrtStatus nrtActivityDrain(nrtActivityRecord* out, size_t capacity, size_t* count,
+                                   uint64_t* dropped);
+
+/* Now, on the clock of activity records. */
+NRT_API uint64_t nrtActivityTimestampNs(void);
+
 #ifdef __cplusplus
 }
 #endif
