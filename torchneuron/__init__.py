@@ -89,30 +89,16 @@ from .neuron import (  # noqa: E402,F401
 )
 
 
-def get_op_paths() -> dict[str, dict[str, int]]:
-    """Every op run on neuron since the last clear, with counts per path.
-
-    ``native``: a dedicated kernel (factories, views, copies); ``async``: queued on
-    the stream (a fast kernel, or the asynchronous generic path running the op's
-    CPU kernel on device memory); ``fallback``: the synchronous generic path (waits
-    for the stream, then runs the CPU kernel on device memory).
-    """
-    return dict(_C._executed_ops())
-
-
-def get_executed_ops() -> dict[str, int]:
-    """Ops run on neuron since the last clear, with how many times each ran."""
-    return {op: sum(rec.values()) for op, rec in _C._executed_ops().items()}
-
-
-def get_fallback_ops() -> list[str]:
-    """Ops that needed the synchronous (slow) path since the last clear, sorted."""
-    return sorted(op for op, rec in _C._executed_ops().items() if rec["fallback"] > 0)
-
-
-def clear_op_tracking() -> None:
-    """Forget the ops recorded so far."""
-    _C._clear_op_tracking()
+from ._tracking import (  # noqa: E402,F401
+    clear_host_waits,
+    clear_op_tracking,
+    get_executed_ops,
+    get_fallback_ops,
+    get_host_waits,
+    get_inline_ops,
+    get_op_paths,
+    host_wait_counts,
+)
 
 
 def _autoload() -> None:
@@ -122,6 +108,7 @@ def _autoload() -> None:
 __all__ = [
     "Event", "Stream", "clear_op_tracking", "current_stream", "device_count",
     "empty_cache", "get_executed_ops", "get_fallback_ops", "get_op_paths",
+    "get_inline_ops", "get_host_waits", "host_wait_counts", "clear_host_waits",
     "is_available", "is_neuron_runtime_initialized", "max_memory_allocated",
     "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",

@@ -53,6 +53,7 @@ from ._random import (  # noqa: F401
     set_rng_state,
     set_rng_state_all,
 )
+from ._tracking import get_sync_debug_mode, set_sync_debug_mode  # noqa: F401
 from ._streams import (  # noqa: F401
     Event,
     Stream,
@@ -89,5 +90,5 @@ __all__ = [
     "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
     "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
     "set_stream", "stream", "synchronize", "query", "record_event", "wait_event",
-    "wait_stream",
+    "wait_stream", "set_sync_debug_mode", "get_sync_debug_mode",
 ]

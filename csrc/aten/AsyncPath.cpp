@@ -20,6 +20,7 @@
 #include "aten/Launch.h"
 #include "core/Config.h"
 #include "core/Generator.h"
+#include "core/HostWait.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -304,9 +305,13 @@ void keyList(std::string& key, char tag, const List& list) {
 }
 
 // Appends a non-tensor argument; false when it cannot be part of a key.
-bool keyValue(std::string& key, const c10::IValue& iv) {
+// With floatsByType, a float or complex scalar counts by its type only (see
+// kindKey).
+bool keyValue(std::string& key, const c10::IValue& iv, bool floatsByType = false) {
   if (iv.isNone()) return keyPut<int8_t>(key, 'n'), true;
   if (iv.isInt()) return keyPut<int8_t>(key, 'i'), keyPut(key, iv.toInt()), true;
+  if (floatsByType && (iv.isDouble() || iv.isComplexDouble()))
+    return keyPut<int8_t>(key, iv.isDouble() ? 'D' : 'C'), true;
   if (iv.isDouble()) return keyPut<int8_t>(key, 'd'), keyPut(key, iv.toDouble()), true;
   if (iv.isBool()) return keyPut<int8_t>(key, 'b'), keyPut(key, iv.toBool()), true;
   if (iv.isComplexDouble())
@@ -357,6 +362,15 @@ void recordVerdict(const std::string& kind, int verdict) {
   vc.verdicts[kind] = verdict;
 }
 
+// A kind keys float and complex scalars by type, not value: a kernel's
+// output layout follows argument dtypes, ranks, lengths and integer
+// arguments (dims, sizes), never the value of a float (alpha, lr, eps, a
+// clamp bound), while such values change every step under a learning-rate
+// schedule or AdamW's bias correction — keyed by value, every step would be
+// a new kind verified inline, with the host waiting for the device. Integers
+// stay keyed by value: they name dims and lengths. (Should a kernel's layout
+// ever depend on a float's value, the queued layout check still reports it
+// as an error naming the op, never a wrong result.)
 std::string kindKey(const void* plan, const torch::jit::Stack& stack, size_t begin, size_t n) {
   std::string key;
   keyPut(key, plan);
@@ -371,7 +385,7 @@ std::string kindKey(const void* plan, const torch::jit::Stack& stack, size_t beg
       keyPut<int8_t>(key, 'O');
       for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
         t.has_value() ? kindOfTensor(key, *t) : keyPut<int8_t>(key, -2);
-    } else if (!keyValue(key, iv)) {
+    } else if (!keyValue(key, iv, /*floatsByType=*/true)) {
       keyPut<int8_t>(key, 'x');
     }
   }
@@ -808,6 +822,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   Kernel kernel{viaOut ? *plan->outOp : op, viaOut, plan, std::move(p.slots), std::move(outs)};
   if (verdict == MetaResult::kUnverified) {
     // The first call with this kind of arguments runs inline, in stream order.
+    noteHostWait(WaitCause::Verification, plan->name);
     getCurrentStream(device).synchronize();
     const int found = verifyInline(op, kernel, /*onlyFresh=*/p.written.empty());
     if (found == MetaResult::kDisagrees) {
@@ -819,6 +834,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     }
     recordVerdict(kind, found);
     if (p.cacheable) meta->verdict.store(found, std::memory_order_release);
+    recordOp(plan->counters, OpPath::Inline);
   } else {
     launchOnStream(getCurrentStream(device), plan->name.c_str(),
                    [kernel = std::move(kernel), meta]() {
@@ -829,8 +845,8 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                                  "arguments; the results are not on the device. Calls like this "
                                  "one now run synchronously; TORCHNEURON_ASYNC=0 runs every op so.");
                    });
+    recordOp(plan->counters, OpPath::Async);
   }
-  recordOp(plan->counters, OpPath::Async);
 
   // Results: fresh device outputs, or the written arguments they alias.
   std::vector<c10::IValue> results;

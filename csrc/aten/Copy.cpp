@@ -13,12 +13,16 @@
 // kernel over aliased memory.
 #include "aten/Common.h"
 
+#include "aten/Launch.h"
 #include "core/HostAllocator.h"
+#include "core/HostWait.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -59,12 +63,60 @@ bool isDevicePtr(const void* p) {
   return nrtPointerGetAttributes(&attr, p) == NRT_SUCCESS && attr.type == nrtMemoryTypeDevice;
 }
 
-// Same-device copy with conversion: runs CPU copy_ over aliased memory after
-// the current stream's queued work (synchronous).
+// A tensor's memory and layout, captured for a queued kernel (which must not
+// own device memory: the caching allocator's stream order keeps it alive).
+struct StridedRef {
+  void* data;
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  at::ScalarType dtype;
+  bool conj, neg;
+
+  explicit StridedRef(const at::Tensor& t)
+      : data(t.data_ptr()),
+        sizes(t.sizes().begin(), t.sizes().end()),
+        strides(t.strides().begin(), t.strides().end()),
+        dtype(t.scalar_type()),
+        conj(t.is_conj()),
+        neg(t.is_neg()) {}
+
+  at::Tensor cpu() const {
+    at::Tensor t = at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
+    t._set_conj(conj);
+    t._set_neg(neg);
+    return t;
+  }
+};
+
+// The device bytes a strided tensor spans (for the work record).
+nrtBufferRange spanOf(const at::Tensor& t) {
+  if (t.numel() == 0) return {t.data_ptr(), 0};
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t extent = (t.size(d) - 1) * t.stride(d);
+    (extent < 0 ? lo : hi) += extent;
+  }
+  const char* base = static_cast<const char*>(t.data_ptr()) + lo * t.element_size();
+  return {base, static_cast<size_t>((hi - lo + 1) * t.element_size())};
+}
+
+// Same-device copy with conversion (dtype, layout, conj/neg bits): CPU's
+// copy_ over the two tensors' device memory, queued on dst's current stream
+// as a copy work item. No host wait.
 void copyOnDevice(const at::Tensor& src, const at::Tensor& dst) {
   c10::DeviceGuard guard(dst.device());
-  getCurrentStream(dst.device().index()).synchronize();
-  cpuAlias(dst).copy_(cpuAlias(src));
+  WorkDesc work;
+  work.name = "aten::copy_ (Device -> Device, strided/converting)";
+  work.kind = nrtWorkCopy;
+  work.bytes = static_cast<uint64_t>(src.numel()) * src.element_size() +
+               static_cast<uint64_t>(dst.numel()) * dst.element_size();
+  work.reads.push_back(spanOf(src));
+  work.writes.push_back(spanOf(dst));
+  launchWork(getCurrentStream(dst.device().index()), work,
+             [s = StridedRef(src), d = StridedRef(dst)]() {
+               at::AutoDispatchBelowADInplaceOrView below;
+               d.cpu().copy_(s.cpu());
+             });
 }
 
 void hostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
@@ -89,6 +141,7 @@ void hostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
       getHostAllocator()->record_event(staging.get(), staging.get_context(), stream);
     } else {
       // Default: a CPU tensor of the generic path may hold device memory.
+      noteHostWait(WaitCause::CopyFromHost, "aten::copy_ (Host -> Device, blocking)");
       NEURON_CHECK(nrtMemcpy(dst.data_ptr(), host, nbytes, nrtMemcpyDefault));
     }
     return;
@@ -98,6 +151,17 @@ void hostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
     at::Tensor staging = at::empty_strided(dst.sizes(), dst.strides(),
                                            src.options().dtype(dst.scalar_type()));
     staging.copy_(src);
+    if (non_blocking) {
+      // Converted into pinned memory, then queued (as CUDA does from pageable memory).
+      auto stream = getCurrentStream(dst.device().index());
+      at::DataPtr pinned = getHostAllocator()->allocate(denseBytes(dst));
+      std::memcpy(pinned.get(), staging.data_ptr(), denseBytes(dst));
+      NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), pinned.get(), denseBytes(dst),
+                                  nrtMemcpyHostToDevice, stream.handle()));
+      getHostAllocator()->record_event(pinned.get(), pinned.get_context(), stream);
+      return;
+    }
+    noteHostWait(WaitCause::CopyFromHost, "aten::copy_ (Host -> Device, blocking)");
     NEURON_CHECK(nrtMemcpy(dst.data_ptr(), staging.data_ptr(), denseBytes(dst),
                            nrtMemcpyHostToDevice));
     return;
@@ -107,7 +171,8 @@ void hostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   at::Tensor staging = src.to(dst.scalar_type()).contiguous();
   if (staging.is_conj()) staging = staging.resolve_conj();
   if (staging.is_neg()) staging = staging.resolve_neg();
-  at::Tensor tmp = copyToDevice(staging, dst.device().index());
+  at::Tensor tmp = emptyDeviceLike(staging, dst.device().index(), staging.scalar_type());
+  hostToDevice(staging, tmp, non_blocking);
   copyOnDevice(tmp, dst);
 }
 
@@ -122,6 +187,7 @@ void deviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
                                   stream.handle()));
       getHostAllocator()->record_event(host, dst.storage().data_ptr().get_context(), stream);
     } else {
+      noteHostWait(WaitCause::CopyToHost, "aten::copy_ (Device -> Host)");
       NEURON_CHECK(nrtMemcpy(host, src.data_ptr(), nbytes, nrtMemcpyDeviceToHost));
     }
     return;
@@ -133,6 +199,7 @@ void deviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   }
   at::Tensor staging = at::empty_strided(dense_src.sizes(), dense_src.strides(),
                                          dst.options().dtype(dense_src.scalar_type()));
+  noteHostWait(WaitCause::CopyToHost, "aten::copy_ (Device -> Host)");
   NEURON_CHECK(nrtMemcpy(staging.data_ptr(), dense_src.data_ptr(), denseBytes(dense_src),
                          nrtMemcpyDeviceToHost));
   staging._set_conj(dense_src.is_conj());
@@ -140,35 +207,59 @@ void deviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   dst.copy_(staging);
 }
 
+// Makes `waiter` wait (on the device) for the work queued on `before` so far.
+void streamWaits(const NeuronStream& waiter, const NeuronStream& before) {
+  nrtEvent_t ev = 0;
+  NEURON_CHECK(nrtEventCreate(&ev, NRT_EVENT_DISABLE_TIMING));
+  nrtStatus st = nrtEventRecord(ev, before.handle());
+  if (st == NRT_SUCCESS) st = nrtStreamWaitEvent(waiter.handle(), ev);
+  // A destroyed event still releases the streams that wait for it.
+  NEURON_WARN_IF_ERROR(nrtEventDestroy(ev));
+  NEURON_CHECK(st);
+}
+
+// Across devices, in stream order as CUDA does it: the copy runs on dst's
+// current stream after the work already queued on src's current stream, and
+// src's stream waits for the copy, so neither side's memory is reused before
+// the copy has read or written it. The host does not wait.
+void peerCopy(const at::Tensor& src, const at::Tensor& dst) {
+  const auto srcStream = getCurrentStream(src.device().index());
+  const auto dstStream = getCurrentStream(dst.device().index());
+  streamWaits(dstStream, srcStream);
+  NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), src.data_ptr(), denseBytes(dst),
+                              nrtMemcpyDeviceToDevice, dstStream.handle()));
+  streamWaits(srcStream, dstStream);
+}
+
 void deviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
   const bool same_device = src.device() == dst.device();
-  if (sameDenseLayout(src, dst)) {
-    if (same_device) {
-      c10::DeviceGuard guard(dst.device());
-      auto stream = getCurrentStream(dst.device().index());
+  if (same_device) {
+    c10::DeviceGuard guard(dst.device());
+    if (sameDenseLayout(src, dst)) {
       NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), src.data_ptr(), denseBytes(dst),
-                                  nrtMemcpyDeviceToDevice, stream.handle()));
+                                  nrtMemcpyDeviceToDevice,
+                                  getCurrentStream(dst.device().index()).handle()));
     } else {
-      NEURON_CHECK(nrtMemcpy(dst.data_ptr(), src.data_ptr(), denseBytes(dst),
-                             nrtMemcpyDeviceToDevice));
+      copyOnDevice(src, dst);
     }
     return;
   }
-  if (same_device) {
-    copyOnDevice(src, dst);
+  if (sameDenseLayout(src, dst)) {
+    peerCopy(src, dst);
     return;
   }
-  // Across devices: convert on the source device into dst's dense layout,
-  // move the bytes, then lay them out on the destination device.
+  // Convert on the source device into dst's dense layout, move the bytes,
+  // then lay them out on the destination device. The temporaries are freed
+  // in their own streams' order (the peer copy's stream waits are two-way).
   at::Tensor converted = emptyDeviceLike(dst, src.device().index(), dst.scalar_type());
   copyOnDevice(src, converted);
   at::Tensor moved = emptyDeviceLike(converted, dst.device().index(), dst.scalar_type());
-  NEURON_CHECK(nrtMemcpy(moved.data_ptr(), converted.data_ptr(), denseBytes(converted),
-                         nrtMemcpyDeviceToDevice));
+  peerCopy(converted, moved);
   if (sameDenseLayout(moved, dst)) {
-    // (dst dense but differed only in dtype: already converted)
-    NEURON_CHECK(nrtMemcpy(dst.data_ptr(), moved.data_ptr(), denseBytes(dst),
-                           nrtMemcpyDeviceToDevice));
+    c10::DeviceGuard guard(dst.device());
+    NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), moved.data_ptr(), denseBytes(dst),
+                                nrtMemcpyDeviceToDevice,
+                                getCurrentStream(dst.device().index()).handle()));
   } else {
     copyOnDevice(moved, dst);
   }
@@ -208,6 +299,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
               " elements cannot be converted to Scalar");
   c10::DeviceGuard guard(self.device());
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+  noteHostWait(WaitCause::ScalarRead, "aten::_local_scalar_dense");
   NEURON_CHECK(nrtMemcpy(host.data_ptr(), self.data_ptr(), self.element_size(),
                          nrtMemcpyDeviceToHost));
   host._set_conj(self.is_conj());

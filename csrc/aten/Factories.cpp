@@ -1,5 +1,6 @@
 // Factories: empty.memory_format and empty_strided over the caching allocator.
 #include "aten/Common.h"
+#include "core/HostWait.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
@@ -47,6 +48,7 @@ at::Tensor copyToDevice(const at::Tensor& cpu_in, c10::DeviceIndex device) {
   const size_t nbytes = static_cast<size_t>(cpu.numel()) * cpu.element_size();
   if (nbytes > 0) {
     // (Default: the source may itself be redirected device memory.)
+    noteHostWait(WaitCause::CopyFromHost, "copy to device (blocking)");
     NEURON_CHECK(nrtMemcpy(out.data_ptr(), cpu.data_ptr(), nbytes, nrtMemcpyDefault));
   }
   out._set_conj(cpu.is_conj());

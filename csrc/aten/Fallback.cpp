@@ -20,6 +20,7 @@
 // Outputs allocated elsewhere (another thread, a foreign allocator) are
 // copied; freshOutputCopies() counts those copies.
 #include "aten/Common.h"
+#include "core/HostWait.h"
 #include "aten/AsyncPath.h"
 
 #include "aten/AllocationRedirect.h"
@@ -72,7 +73,23 @@ c10::DataPtr takeDeviceData(c10::StorageImpl* cpu_storage, c10::DeviceIndex devi
 struct OpInfo {
   std::string name;
   OpCounters* counters;
+  bool dataDependent;  // its output shape depends on its input values
 };
+
+// Ops whose result shape depends on data: the host must wait for the device
+// by nature (CUDA's kernels for them synchronize too).
+bool shapeDependsOnData(const std::string& name) {
+  static const char* const kOps[] = {
+      "aten::nonzero", "aten::masked_select", "aten::unique", "aten::_unique",
+      "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
+      "aten::unique_dim_consecutive", "aten::repeat_interleave", "aten::bincount",
+      "aten::argwhere", "aten::nonzero_numpy", "aten::index", "aten::_assert_async",
+      "aten::_local_scalar_dense", "aten::is_nonzero", "aten::equal", "aten::allclose"};
+  const std::string base = name.substr(0, name.find('.'));
+  for (const char* op : kOps)
+    if (base == op) return true;
+  return false;
+}
 
 const OpInfo& opInfo(const c10::OperatorHandle& op) {
   static std::mutex mutex;
@@ -83,7 +100,8 @@ const OpInfo& opInfo(const c10::OperatorHandle& op) {
   if (!slot) {
     std::string name = fullName(op.schema().operator_name());
     OpCounters* counters = opCounters(name);
-    slot = std::make_unique<OpInfo>(OpInfo{std::move(name), counters});
+    const bool dataDependent = shapeDependsOnData(name);
+    slot = std::make_unique<OpInfo>(OpInfo{std::move(name), counters, dataDependent});
   }
   return *slot;
 }
@@ -282,6 +300,7 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   // Synchronous: queued work on the current stream must finish before the
   // host touches the memory.
+  noteHostWait(info.dataDependent ? WaitCause::DataDependent : WaitCause::SyncPath, info.name);
   getCurrentStream(st.device).synchronize();
 
   {

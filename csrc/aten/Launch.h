@@ -5,6 +5,7 @@
 #include "core/Stream.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <exception>
@@ -73,25 +74,52 @@ nrtStatus runClosure(void* args) {
 }
 }  // namespace detail
 
-// Queues `fn` on `stream`; it runs on the device executor in stream order.
-// The closure must not own device memory (tensors): the caching allocator's
-// stream-ordered reuse keeps the memory valid; it must capture raw pointers
-// and metadata only. The closure is moved to the heap once (no std::function
-// wrapper): launches are on every op's path.
+// What a queued work item is, for tools (profiler, tracking) and, later,
+// fusion: its name, kind, the bytes it moves and the device buffers it
+// reads and writes. Buffers are optional; a copy names its two.
+struct WorkDesc {
+  const char* name = "<unnamed kernel>";
+  nrtWorkKind kind = nrtWorkKernel;
+  uint64_t bytes = 0;
+  c10::SmallVector<nrtBufferRange, 4> reads;
+  c10::SmallVector<nrtBufferRange, 4> writes;
+};
+
+// Queues `fn` on `stream` as one work item; it runs on the device executor
+// in stream order. The closure must not own device memory (tensors): the
+// caching allocator's stream-ordered reuse keeps the memory valid; it must
+// capture raw pointers and metadata only. The closure is moved to the heap
+// once (no std::function wrapper): launches are on every op's path.
 template <class F>
-void launchOnStream(const NeuronStream& stream, const char* name, F&& fn) {
+void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
   using Fn = std::decay_t<F>;
   detail::freeDeadClosures();
   auto* heap = new detail::Closure<Fn>(Fn(std::forward<F>(fn)));
-  const nrtStatus st =
-      nrtLaunchKernel(stream.handle(), name, &detail::runClosure<Fn>, &heap, sizeof(heap));
+  nrtWorkDesc desc{};
+  desc.name = work.name;
+  desc.kind = work.kind;
+  desc.bytes = work.bytes;
+  desc.reads = work.reads.data();
+  desc.numReads = work.reads.size();
+  desc.writes = work.writes.data();
+  desc.numWrites = work.writes.size();
+  const nrtStatus st = nrtLaunchWork(stream.handle(), &desc, &detail::runClosure<Fn>, &heap,
+                                     sizeof(heap), nullptr);
   if (st != NRT_SUCCESS && st != NRT_ERROR_KERNEL_FAILED) {
     // Not queued: we still own the closure.
     delete heap;
   }
   if (st != NRT_SUCCESS) {
-    throwRuntimeError(st, "nrtLaunchKernel", __FILE__, __LINE__);
+    throwRuntimeError(st, "nrtLaunchWork", __FILE__, __LINE__);
   }
+}
+
+// An op's kernel, named after the op.
+template <class F>
+void launchOnStream(const NeuronStream& stream, const char* name, F&& fn) {
+  WorkDesc work;
+  work.name = name;
+  launchWork(stream, work, std::forward<F>(fn));
 }
 
 }  // namespace torchneuron

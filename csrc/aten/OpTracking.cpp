@@ -22,6 +22,7 @@ const char* opPathName(OpPath path) {
     case OpPath::Native: return "native";
     case OpPath::Async: return "async";
     case OpPath::Fallback: return "fallback";
+    case OpPath::Inline: return "inline";
   }
   return "unknown";
 }
@@ -48,7 +49,8 @@ std::map<std::string, OpRecord> executedOps() {
     r.native = c->count[0].load();
     r.async = c->count[1].load();
     r.fallback = c->count[2].load();
-    if (r.native + r.async + r.fallback > 0) out.emplace(name, r);
+    r.inlined = c->count[3].load();
+    if (r.native + r.async + r.fallback + r.inlined > 0) out.emplace(name, r);
   }
   return out;
 }

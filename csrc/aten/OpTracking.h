@@ -2,8 +2,13 @@
 //   native          a dedicated kernel of this backend (factories, views, copies)
 //   async           queued on the current stream: a dedicated fast kernel, or
 //                   the asynchronous generic path (AsyncPath.cpp)
+//   inline          run on the host thread after the stream drained, for a
+//                   reason the backend chose (the first call of an argument
+//                   kind verifies the Meta layouts so; see AsyncPath.cpp):
+//                   the host waited for the device
 //   fallback        the synchronous generic path (the op's CPU kernel run on
 //                   device memory after the stream drained)
+// Every host wait is also listed with its cause in HostWait.h.
 // Exposed to Python as torchneuron.get_executed_ops()/get_fallback_ops().
 #pragma once
 
@@ -14,14 +19,14 @@
 
 namespace torchneuron {
 
-enum class OpPath : int { Native = 0, Async = 1, Fallback = 2 };
+enum class OpPath : int { Native = 0, Async = 1, Fallback = 2, Inline = 3 };
 
 const char* opPathName(OpPath path);
 
 // Per-op counters; the pointer stays valid for the life of the process, so
 // hot kernels look it up once (static local) and count with one atomic add.
 struct OpCounters {
-  std::atomic<int64_t> count[3] = {0, 0, 0};
+  std::atomic<int64_t> count[4] = {0, 0, 0, 0};
 };
 OpCounters* opCounters(const std::string& op);
 
@@ -44,6 +49,7 @@ struct OpRecord {
   int64_t native = 0;
   int64_t async = 0;
   int64_t fallback = 0;
+  int64_t inlined = 0;
 };
 
 // A snapshot of every op recorded since the last clear.

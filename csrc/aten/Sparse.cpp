@@ -18,6 +18,7 @@
 // a composite decomposition meant for dense tensors (clone, is_pinned, ...)
 // are routed to the fallback explicitly, at load time.
 #include "aten/Common.h"
+#include "core/HostWait.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_coalesced_native.h>
@@ -202,6 +203,7 @@ void sparseFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (c.device < 0) c.device = currentDevice();
   c10::DeviceGuard guard(c10::Device(kNeuron, c.device));
   recordOp(c.name, OpPath::Fallback);
+  noteHostWait(WaitCause::SyncPath, fullName(op.schema().operator_name()));
   getCurrentStream(c.device).synchronize();
 
   for (size_t i = 0; i < num_args; ++i) {

@@ -1,6 +1,7 @@
 // Device guard: devices, streams and events for c10 (torch.Stream,
 // torch.Event, DeviceGuard, torch.accelerator).
 #include "core/DeviceAllocator.h"
+#include "core/HostWait.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
@@ -120,6 +121,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
+    noteHostWait(WaitCause::Synchronize, "Event.synchronize");
     const nrtStatus st = nrtEventSynchronize(toEvent(event));
     if (st == NRT_ERROR_EVENT_NOT_RECORDED) return;
     NEURON_CHECK(st);
@@ -140,12 +142,14 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void synchronizeStream(const c10::Stream& stream) const override {
+    noteHostWait(WaitCause::Synchronize, "Stream.synchronize");
     NeuronStream(stream).synchronize();
   }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     const auto device = resolveDevice(device_index);
     if (!isInitialized()) return;
+    noteHostWait(WaitCause::Synchronize, "synchronize");
     NEURON_CHECK(nrtDeviceSynchronize(device));
   }
 

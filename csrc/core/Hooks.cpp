@@ -4,6 +4,9 @@
 #include "core/Generator.h"
 #include "core/HostAllocator.h"
 #include "core/Runtime.h"
+#include "core/Stream.h"
+
+#include <c10/core/DeviceGuard.h>
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/StorageImpl.h>
@@ -75,9 +78,17 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     }
     const size_t copy_bytes = std::min(old_bytes, new_bytes);
     if (copy_bytes > 0 && impl->data() != nullptr) {
-      NEURON_CHECK(nrtMemcpy(new_data.get(), impl->data(), copy_bytes, nrtMemcpyDeviceToDevice));
+      // The kept bytes move in stream order (no host wait); the old block
+      // is not reused before the copy has read it.
+      c10::DeviceGuard guard(impl->device());
+      const auto stream = getCurrentStream(impl->device().index());
+      NEURON_CHECK(nrtMemcpyAsync(new_data.get(), impl->data(), copy_bytes,
+                                  nrtMemcpyDeviceToDevice, stream.handle()));
+      c10::DataPtr old = impl->set_data_ptr(std::move(new_data));
+      getDeviceAllocator()->recordStream(old, stream.unwrap());
+    } else {
+      impl->set_data_ptr_noswap(std::move(new_data));
     }
-    impl->set_data_ptr_noswap(std::move(new_data));
     impl->set_nbytes(new_bytes);
   }
 

@@ -2,6 +2,7 @@
 // that can be reached through torch itself (streams, events, memory stats,
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncPath.h"
+#include "core/HostWait.h"
 #include "aten/Common.h"
 #include "aten/OpTracking.h"
 
@@ -15,6 +16,7 @@ bool allocationRedirectInstalled();
 #include "core/Stream.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
@@ -22,6 +24,12 @@ bool allocationRedirectInstalled();
 #include <thread>
 
 namespace py = pybind11;
+
+// torch/csrc/profiler/python/combined_traceback.h declares it, but includes a
+// header the wheel does not ship (nlohmann/json).
+namespace torch {
+void installCapturedTracebackPython();
+}
 
 namespace torchneuron {
 namespace {
@@ -55,8 +63,46 @@ py::dict pyExecutedOps() {
     r["native"] = rec.native;
     r["async"] = rec.async;
     r["fallback"] = rec.fallback;
+    r["inline"] = rec.inlined;
     out[py::str(name)] = r;
   }
+  return out;
+}
+
+// The host waits since the last clear, oldest first, each with its Python
+// stack (innermost frame last, as traceback.extract_stack gives it).
+py::list pyHostWaits() {
+  std::vector<HostWaitRecord> waits = hostWaits();
+  std::vector<torch::CapturedTraceback*> stacks;
+  for (const auto& w : waits)
+    if (w.stack) stacks.push_back(w.stack.get());
+  torch::SymbolizedTracebacks sym = torch::symbolize(stacks);
+  py::list out;
+  size_t k = 0;
+  for (const auto& w : waits) {
+    py::dict d;
+    d["cause"] = waitCauseName(w.cause);
+    d["op"] = w.op;
+    py::list frames;
+    if (w.stack) {
+      const auto& idx = sym.tracebacks.at(k++);
+      // CapturedTraceback lists the innermost frame first.
+      for (auto it = idx.rbegin(); it != idx.rend(); ++it) {
+        const auto& f = sym.all_frames.at(*it);
+        frames.append(py::make_tuple(f.filename, f.lineno, f.funcname));
+      }
+    }
+    d["stack"] = frames;
+    out.append(d);
+  }
+  return out;
+}
+
+py::dict pyHostWaitCounts() {
+  py::dict out;
+  std::vector<int64_t> counts = hostWaitCounts();
+  for (size_t i = 0; i < counts.size(); ++i)
+    out[waitCauseName(static_cast<WaitCause>(i))] = counts[i];
   return out;
 }
 
@@ -64,6 +110,8 @@ py::dict pyExecutedOps() {
 }  // namespace torchneuron
 
 PYBIND11_MODULE(_C, m) {
+  // Python frames for CapturedTraceback (host-wait and allocation stacks).
+  torch::installCapturedTracebackPython();
   // All static registrations of the backend are done by now.
   torchneuron::registerCpuParityKernels();
   using namespace torchneuron;
@@ -80,8 +128,9 @@ PYBIND11_MODULE(_C, m) {
     return old;
   });
   m.def("_synchronize", [](int d) {
-    py::gil_scoped_release no_gil;
     lazyInit();
+    noteHostWait(WaitCause::Synchronize, "synchronize");
+    py::gil_scoped_release no_gil;
     NEURON_CHECK(nrtDeviceSynchronize(resolveDevice(static_cast<c10::DeviceIndex>(d))));
   });
   m.def("_get_device_properties", &pyDeviceProperties);
@@ -106,6 +155,11 @@ PYBIND11_MODULE(_C, m) {
                                  &us, sizeof(us)));
   });
   m.def("_executed_ops", &pyExecutedOps);
+  m.def("_host_waits", &pyHostWaits);
+  m.def("_host_wait_counts", &pyHostWaitCounts);
+  m.def("_clear_host_waits", [] { clearHostWaits(); });
+  m.def("_set_sync_debug_mode", [](int mode) { setSyncDebugMode(mode); });
+  m.def("_get_sync_debug_mode", [] { return syncDebugMode(); });
   m.def("_fresh_output_copies", [] { return freshOutputCopies(); });
   m.def("_allocation_redirect_installed", [] { return allocationRedirectInstalled(); });
   m.def("_clear_op_tracking", [] { clearOpTracking(); });
