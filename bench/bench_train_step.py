@@ -2,9 +2,13 @@
 
     python bench/bench_train_step.py           (make bench-py runs this)
 
-Times forward + backward + AdamW step of examples/train_gpt.py's GPT at the
-demo's size, after warm-up, alternating devices between repeats so both see
-the same machine load. Target (backend issue): neuron / cpu <= 1.05.
+Times forward + backward + optimizer step + LR schedule step of
+examples/train_gpt.py's GPT at the demo's size, with the demo's optimizer:
+PyTorch's default AdamW (foreach on neuron, as on CUDA; --fused for the fused
+kernel) and a warm-up + cosine LambdaLR schedule, after warm-up steps,
+alternating devices between repeats so both see the same machine load.
+Target (backend issue): neuron / cpu <= 1.05. The machine's load average is
+printed with the result.
 """
 import argparse
 import os
@@ -15,13 +19,13 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from train_gpt import GPT, batches, load_corpus  # noqa: E402
+from train_gpt import GPT, batches, load_corpus, make_optimizer  # noqa: E402
 
 
 def step_time(device, data, vocab, args):
     torch.manual_seed(0)
     model = GPT(vocab, args.block).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)  # same kernel on both
+    opt, sched = make_optimizer(model, 1e-3, args.warmup + args.steps, fused=args.fused)
     sync = torch.neuron.synchronize if device.startswith("neuron") else (lambda: None)
     batch_list = [(x.to(device), y.to(device))
                   for x, y in batches(data, args.warmup + args.steps, args.batch, args.block, 0)]
@@ -32,6 +36,7 @@ def step_time(device, data, vocab, args):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
         sync()
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
@@ -45,6 +50,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--block", type=int, default=64)
+    p.add_argument("--fused", action="store_true", default=None)
     args = p.parse_args()
     data, chars = load_corpus()
     res = {"cpu": [], "neuron": []}
@@ -52,8 +58,10 @@ def main():
         for device in ("cpu", "neuron"):
             res[device].append(step_time(device, data, len(chars), args))
     c, n = statistics.median(res["cpu"]), statistics.median(res["neuron"])
-    print(f"train step (median of {args.repeats}x{args.steps} steps): cpu {c:.2f} ms  "
-          f"neuron {n:.2f} ms  ratio {n / c:.2f}")
+    opt = "fused AdamW" if args.fused else "default (foreach) AdamW"
+    print(f"train step, {opt} + LambdaLR (median of {args.repeats}x{args.steps} steps): "
+          f"cpu {c:.2f} ms  neuron {n:.2f} ms  ratio {n / c:.2f}  "
+          f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

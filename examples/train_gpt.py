@@ -112,9 +112,24 @@ def batches(data, steps, batch, block, seed):
         yield x, y
 
 
+def make_optimizer(model, lr, steps, fused=None):
+    """PyTorch's default AdamW (foreach on neuron, as on CUDA; fused=True asks
+    for the fused kernel) and a cosine schedule with a linear warm-up: the
+    learning rate is a new float every step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, fused=fused)
+    warmup = max(1, steps // 10)
+
+    def lr_at(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+
+
 def train(model, device, data, args, steps, seed, log_every=0, label=""):
-    # The fused AdamW kernel on both devices: the same math, so the same bits.
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, fused=args.fused)
+    # The same optimizer on both devices: the same math, so the same bits.
+    opt, sched = make_optimizer(model, args.lr, steps, fused=args.fused)
     losses = []
     tokens = 0
     start = time.perf_counter()
@@ -124,6 +139,7 @@ def train(model, device, data, args, steps, seed, log_every=0, label=""):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
         losses.append(loss.detach())
         tokens += x.numel()
         if log_every and (step + 1) % log_every == 0:
@@ -165,7 +181,8 @@ def main():
     p.add_argument("--block", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--no-fused", dest="fused", action="store_false")
+    p.add_argument("--fused", action="store_true", default=None,
+                   help="fused AdamW (default: PyTorch's default, foreach)")
     p.add_argument("--out", default=os.path.join(HERE, "out"))
     args = p.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))

@@ -22,18 +22,25 @@ from train_gpt import GPT  # noqa: E402
 STEPS = 20
 
 
+WARMUP = 2  # steps whose new argument kinds are verified inline
+
+
 def train(model, device, batches, loss_fn, make_opt):
+    """The losses, final parameters and the host waits after the warm-up."""
     model = model.to(device)
     opt = make_opt(model.parameters())
     losses = []
-    for x, y in batches:
-        x, y = x.to(device), y.to(device)
+    for i, (x, y) in enumerate(batches):
+        if i == WARMUP:
+            torchneuron.clear_op_tracking()
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         loss = loss_fn(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         losses.append(loss.detach())
-    return [l.item() for l in losses], [p.detach().cpu() for p in model.parameters()]
+    waits = torchneuron.get_host_waits()
+    return [l.item() for l in losses], [p.detach().cpu() for p in model.parameters()], waits
 
 
 def check_parity(make_model, batches, loss_fn, make_opt):
@@ -41,16 +48,17 @@ def check_parity(make_model, batches, loss_fn, make_opt):
     ref = make_model()
     dev = make_model()
     dev.load_state_dict(ref.state_dict())
-    torchneuron.clear_op_tracking()
-    cpu_losses, cpu_params = train(ref, "cpu", batches, loss_fn, make_opt)
-    dev_losses, dev_params = train(dev, "neuron", batches, loss_fn, make_opt)
+    cpu_losses, cpu_params, _ = train(ref, "cpu", batches, loss_fn, make_opt)
+    dev_losses, dev_params, waits = train(dev, "neuron", batches, loss_fn, make_opt)
     assert dev_losses == cpu_losses
     for a, b in zip(dev_params, cpu_params):
         assert torch.equal(a, b)
     assert cpu_losses[-1] < cpu_losses[0]  # it did learn
-    # The hot path is asynchronous: no op of these models needed the
-    # synchronous generic path.
-    assert torchneuron.get_fallback_ops() == []
+    # The hot path is asynchronous: after the warm-up the host never waited
+    # for the device (every wait is recorded with its cause), and no op ran
+    # on the synchronous path or inline.
+    assert waits == [], [(w["cause"], w["op"]) for w in waits]
+    assert torchneuron.get_fallback_ops() == [] and torchneuron.get_inline_ops() == []
 
 
 def fused_adamw(params):
@@ -61,7 +69,12 @@ def foreach_adamw(params):
     return torch.optim.AdamW(params, lr=1e-2, foreach=True)
 
 
-@pytest.mark.parametrize("make_opt", [fused_adamw, foreach_adamw], ids=["fused", "foreach"])
+def default_adamw(params):
+    return torch.optim.AdamW(params, lr=1e-2)  # foreach, picked by PyTorch
+
+
+@pytest.mark.parametrize("make_opt", [fused_adamw, foreach_adamw, default_adamw],
+                         ids=["fused", "foreach", "default"])
 def test_mlp(make_opt):
     g = torch.Generator().manual_seed(1)
     teacher = torch.randn(20, 5, generator=g)

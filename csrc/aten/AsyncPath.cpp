@@ -704,6 +704,24 @@ struct Kernel {
   }
 };
 
+nrtBufferRange spanOf(const TensorRef& r) {
+  return bufferSpan(r.data, r.sizes, r.strides, c10::elementSize(r.dtype));
+}
+
+// The work item of a queued kernel: its op and the buffers it reads and writes.
+WorkDesc describe(const Kernel& k) {
+  WorkDesc work;
+  work.name = k.plan->name.c_str();
+  for (size_t i = 0; i < k.slots.size(); ++i) {
+    auto& list = k.plan->writtenArg[i] ? work.writes : work.reads;
+    for (const auto& ref : k.slots[i].tensors)
+      if (ref) list.push_back(spanOf(*ref));
+  }
+  for (const auto& o : k.outs)
+    if (o) work.writes.push_back(spanOf(*o));
+  return work;
+}
+
 // Whether tensor `t` (a written argument) is passed as another argument too.
 bool readToo(const torch::jit::Stack& stack, size_t begin, size_t n, const at::Tensor& t) {
   int uses = 0;
@@ -836,7 +854,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     if (p.cacheable) meta->verdict.store(found, std::memory_order_release);
     recordOp(plan->counters, OpPath::Inline);
   } else {
-    launchOnStream(getCurrentStream(device), plan->name.c_str(),
+    launchWork(getCurrentStream(device), describe(kernel),
                    [kernel = std::move(kernel), meta]() {
                      if (kernel.run()) return;
                      meta->verdict.store(MetaResult::kDisagrees, std::memory_order_release);

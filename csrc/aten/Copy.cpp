@@ -88,16 +88,8 @@ struct StridedRef {
   }
 };
 
-// The device bytes a strided tensor spans (for the work record).
 nrtBufferRange spanOf(const at::Tensor& t) {
-  if (t.numel() == 0) return {t.data_ptr(), 0};
-  int64_t lo = 0, hi = 0;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    const int64_t extent = (t.size(d) - 1) * t.stride(d);
-    (extent < 0 ? lo : hi) += extent;
-  }
-  const char* base = static_cast<const char*>(t.data_ptr()) + lo * t.element_size();
-  return {base, static_cast<size_t>((hi - lo + 1) * t.element_size())};
+  return bufferSpan(t.data_ptr(), t.sizes(), t.strides(), t.element_size());
 }
 
 // Same-device copy with conversion (dtype, layout, conj/neg bits): CPU's

@@ -5,6 +5,7 @@
 #include "core/Stream.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
 
 #include <atomic>
@@ -84,6 +85,19 @@ struct WorkDesc {
   c10::SmallVector<nrtBufferRange, 4> reads;
   c10::SmallVector<nrtBufferRange, 4> writes;
 };
+
+// The device bytes a strided tensor spans (negative strides included).
+inline nrtBufferRange bufferSpan(const void* data, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                                 size_t elementSize) {
+  int64_t lo = 0, hi = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return {data, 0};
+    const int64_t extent = (sizes[d] - 1) * strides[d];
+    (extent < 0 ? lo : hi) += extent;
+  }
+  const char* base = static_cast<const char*>(data) + lo * static_cast<int64_t>(elementSize);
+  return {base, static_cast<size_t>(hi - lo + 1) * elementSize};
+}
 
 // Queues `fn` on `stream` as one work item; it runs on the device executor
 // in stream order. The closure must not own device memory (tensors): the
