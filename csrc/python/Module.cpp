@@ -154,6 +154,17 @@ PYBIND11_MODULE(_C, m) {
     NEURON_CHECK(nrtLaunchKernel(getCurrentStream().handle(), "torchneuron::_sleep", &sleepKernel,
                                  &us, sizeof(us)));
   });
+  m.def("_build_info", [] {
+    py::dict d;
+    d["compiler"] = std::string(__VERSION__);
+    d["cplusplus"] = static_cast<long>(__cplusplus);
+#ifdef NDEBUG
+    d["assertions"] = false;
+#else
+    d["assertions"] = true;
+#endif
+    return d;
+  });
   m.def("_executed_ops", &pyExecutedOps);
   m.def("_host_waits", &pyHostWaits);
   m.def("_host_wait_counts", &pyHostWaitCounts);
