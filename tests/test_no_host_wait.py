@@ -8,8 +8,10 @@ issued behind it. The step must return to the host in a fraction of the sleep,
 with the stream still busy and no host wait recorded; then the training run
 must give CPU's exact losses and parameters.
 
-Warm-up steps run first: the first call of each argument kind is verified
-inline (see README, "How ops run"), a one-time cost per kind.
+The first step waits for nothing either: the first call of each argument kind
+is verified on scratch memory, not on the device's data (README, "How ops
+run"). That step does more host work (Meta passes, verification runs), so its
+host time and queue state are not held to the bound; its waits are.
 
 Autocast: neuron applies CUDA's op policies. Where CPU's autocast policy
 differs on an op these models use (layer_norm: fp32 on CUDA, input dtype on
@@ -34,8 +36,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("NEURON_LAUNCH_BLOCKING") == "1",
                                 reason="observes asynchrony")
 
 SLEEP_S = 1.0
-WARMUP = 2
-STEPS = WARMUP + 2  # every step after the warm-up is checked
+STEPS = 3
 
 
 # --- models ---------------------------------------------------------------
@@ -178,7 +179,7 @@ def train(make_model, cfg, device, watch):
         return loss.detach()
 
     for i, batch in enumerate(batches):
-        if not (watch and i >= WARMUP):
+        if not watch:
             losses.append(step(batch))
             continue
         torch.neuron.synchronize()
@@ -198,11 +199,13 @@ def train(make_model, cfg, device, watch):
 def test_training_step_queues_without_host_wait(model, config):
     cfg = CONFIGS[config]
     dev_losses, dev_params, observed = train(MODELS[model], cfg, "neuron", watch=True)
-    for host, busy, waits, paths in observed:
+    for i, (host, busy, waits, paths) in enumerate(observed):
         assert waits == [], f"host waited: {[(w['cause'], w['op'], w['stack'][-3:]) for w in waits]}"
         inline = {op: r["inline"] for op, r in paths.items() if r["inline"]}
         fallback = {op: r["fallback"] for op, r in paths.items() if r["fallback"]}
         assert not inline and not fallback, (inline, fallback)
+        if i == 0:
+            continue  # the first step's extra host work: see the module docstring
         assert busy, "the sleep kernel had finished: the step waited for it"
         assert host < 0.5 * SLEEP_S, f"the step took {host:.3f}s on the host"
     with cuda_autocast_policy_on_cpu() if cfg.amp else contextlib.nullcontext():

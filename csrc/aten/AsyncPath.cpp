@@ -26,10 +26,12 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -752,6 +754,101 @@ int verifyInline(const c10::OperatorHandle& op, Kernel& kernel, bool onlyFresh) 
   return kernel.tryInline() ? MetaResult::kFunctional : MetaResult::kDisagrees;
 }
 
+// ---------------------------------------------------------------------------
+// Verification on scratch memory: the first call of a kind, checked without
+// waiting for the device.
+//
+// Whether CPU's kernel writes into the Meta layouts depends on the
+// arguments' metadata, not on their values (ops whose shapes depend on data
+// never reach this path). So the first call of a kind runs the kernel on
+// zero-filled host scratch memory with the same layouts — overlapping device
+// ranges map to one scratch buffer, so aliasing (x.op_(x), out= overlapping
+// an input) is what the kernel sees on the device — and the real run is
+// queued as usual. A kernel that raises on zeros (a singular matrix, an
+// all-zero multinomial row) or arguments too large to mirror leave the
+// question open: the caller then verifies on the real data, inline, after
+// waiting for the stream.
+
+constexpr size_t kMaxScratchBytes = size_t(256) << 20;
+
+// Points every device tensor of `k` at scratch memory held by `keep`; false
+// when the mirror would exceed kMaxScratchBytes.
+bool redirectToScratch(Kernel& k, std::vector<at::Tensor>& keep) {
+  std::vector<TensorRef*> refs;
+  for (ArgSlot& slot : k.slots)
+    for (auto& r : slot.tensors)
+      if (r) refs.push_back(&*r);
+  for (auto& o : k.outs)
+    if (o) refs.push_back(&*o);
+  struct Span {
+    uintptr_t lo, hi;
+    TensorRef* ref;
+  };
+  std::vector<Span> spans;
+  for (TensorRef* r : refs) {
+    const nrtBufferRange b = spanOf(*r);
+    // An empty tensor touches no memory (and ATen gives it no data pointer).
+    if (b.bytes == 0) continue;
+    const auto lo = reinterpret_cast<uintptr_t>(b.ptr);
+    spans.push_back({lo, lo + b.bytes, r});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+  size_t total = 0;
+  for (size_t i = 0; i < spans.size();) {
+    // One scratch buffer per union of overlapping spans; it keeps the
+    // device address's alignment modulo 64 (vectorised loops may branch on it).
+    uintptr_t lo = spans[i].lo, hi = spans[i].hi;
+    size_t j = i + 1;
+    while (j < spans.size() && spans[j].lo < hi) hi = std::max(hi, spans[j++].hi);
+    total += hi - lo + 64;
+    if (total > kMaxScratchBytes) return false;
+    at::Tensor buf = at::zeros({static_cast<int64_t>(hi - lo + 64)}, at::kByte);
+    char* base = static_cast<char*>(buf.data_ptr()) + (lo % 64);
+    for (; i < j; ++i) {
+      TensorRef* r = spans[i].ref;
+      r->data = base + (reinterpret_cast<uintptr_t>(r->data) - lo);
+    }
+    keep.push_back(std::move(buf));
+  }
+  for (ArgSlot& slot : k.slots) {
+    // A random op's generator is the queued run's: the scratch run draws from a copy.
+    if (slot.kind == ArgSlot::kValue && slot.value.isGenerator())
+      slot.value = slot.value.toGenerator().clone();
+  }
+  return true;
+}
+
+// The verdict for `real`'s kind from a run on scratch memory, or kUnverified
+// when the scratch run cannot tell (see above). Warnings of a conclusive run
+// are the op's argument warnings: passed on.
+int verifyOnScratch(const c10::OperatorHandle& op, const Kernel& real, bool onlyFresh) {
+  Kernel k = real;
+  std::vector<at::Tensor> keep;
+  if (!redirectToScratch(k, keep)) return MetaResult::kUnverified;
+  HeldWarnings held;
+  int verdict = MetaResult::kUnverified;
+  {
+    c10::WarningUtils::WarningHandlerGuard guard(&held);
+    try {
+      if (k.run()) {
+        verdict = !k.viaOut || !onlyFresh || k.functionalLayoutsMatch(op)
+                      ? MetaResult::kAgrees
+                      : MetaResult::kDisagrees;  // right values, CPU's strides differ
+      } else if (!k.viaOut || !onlyFresh) {
+        verdict = MetaResult::kDisagrees;
+      } else {
+        k.viaOut = false;
+        k.target = op;
+        verdict = k.run() ? MetaResult::kFunctional : MetaResult::kDisagrees;
+      }
+    } catch (const std::exception&) {
+      verdict = MetaResult::kUnverified;  // raised on zeros: ask the real data
+    }
+  }
+  if (verdict != MetaResult::kUnverified) held.replay();
+  return verdict;
+}
+
 std::atomic<bool> gAsyncEnabled{backendConfig().async_path};
 
 }  // namespace
@@ -761,19 +858,27 @@ bool asyncPathEnabled() { return gAsyncEnabled.load(); }
 
 bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   c10::DeviceIndex device, AsyncVerify* verify) {
-  if (!gAsyncEnabled.load(std::memory_order_relaxed)) return false;
+  auto refuse = [verify](const char* why) {
+    if (verify != nullptr) verify->refusal = why;
+    return false;
+  };
+  if (!gAsyncEnabled.load(std::memory_order_relaxed)) return refuse("TORCHNEURON_ASYNC=0");
   Plan* plan = planFor(op);
-  if (!plan->eligible.load(std::memory_order_relaxed)) return false;
+  if (!plan->eligible.load(std::memory_order_relaxed))
+    return refuse("its schema or Meta kernel cannot give its outputs ahead of the data");
   const size_t numArgs = plan->writtenArg.size();
   const size_t begin = stack->size() - numArgs;
 
-  if (functionalShapesDependOnArguments(*plan, *stack, begin)) return false;
+  if (functionalShapesDependOnArguments(*plan, *stack, begin))
+    return refuse("eval-mode batch norm: CPU's statistics differ in shape");
   Prepared p;
-  if (!prepare(*plan, *stack, begin, device, p)) return false;
+  if (!prepare(*plan, *stack, begin, device, p))
+    return refuse("an argument is not a dense tensor on this device (or a CPU scalar)");
 
   // Shapes, dtypes and argument checks, from the Meta backend (cached).
   std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p);
-  if (!meta || meta->written.size() != p.written.size()) return false;
+  if (!meta || meta->written.size() != p.written.size())
+    return refuse("no Meta result for these arguments");
   int verdict = meta->verdict.load(std::memory_order_acquire);
   std::string kind;  // set when this call must verify its kind of arguments
   if (verdict == MetaResult::kUnverified) {
@@ -790,7 +895,8 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       meta->verdict.store(verdict, std::memory_order_release);
     }
   }
-  if (verdict == MetaResult::kDisagrees) return false;
+  if (verdict == MetaResult::kDisagrees)
+    return refuse("CPU's kernel does not write the layouts Meta gives for this kind of arguments");
   for (size_t i = 0; i < p.written.size(); ++i) {
     auto& w = p.written[i];
     const TensorMeta& m = meta->written[i];
@@ -802,9 +908,11 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     // Not an in-place op's self, nor an out= tensor that is also read
     // (x.op_(y) as op(x, y, out=x)): CPU refuses to resize those (some Meta
     // kernels do not) and the synchronous path raises CPU's error.
-    if (!w.out || readToo(*stack, begin, numArgs, w.device)) return false;
+    if (!w.out || readToo(*stack, begin, numArgs, w.device))
+      return refuse("a written tensor has the wrong size and cannot be resized");
     w.device.resize_(m.sizes);
-    if (w.device.strides() != c10::IntArrayRef(m.strides)) return false;
+    if (w.device.strides() != c10::IntArrayRef(m.strides))
+      return refuse("a resized out= tensor has the wrong strides");
     w.ref->emplace(w.device);
   }
 
@@ -838,20 +946,32 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                       verdict != MetaResult::kFunctional &&
                       !outOverloadMisreads(*plan, *stack, begin);
   Kernel kernel{viaOut ? *plan->outOp : op, viaOut, plan, std::move(p.slots), std::move(outs)};
+  bool ranInline = false;
   if (verdict == MetaResult::kUnverified) {
-    // The first call with this kind of arguments runs inline, in stream order.
-    noteHostWait(WaitCause::Verification, plan->name);
-    getCurrentStream(device).synchronize();
-    const int found = verifyInline(op, kernel, /*onlyFresh=*/p.written.empty());
+    // The first call with this kind of arguments: verified on scratch memory
+    // (no wait), else run inline on the real data, in stream order.
+    int found = verifyOnScratch(op, kernel, /*onlyFresh=*/p.written.empty());
+    if (found == MetaResult::kUnverified) {
+      noteHostWait(WaitCause::Verification, plan->name);
+      getCurrentStream(device).synchronize();
+      found = verifyInline(op, kernel, /*onlyFresh=*/p.written.empty());
+      ranInline = found != MetaResult::kDisagrees;
+    }
     if (found == MetaResult::kDisagrees) {
       if (verify != nullptr) {
         verify->meta = meta;
         verify->kind = std::move(kind);
       }
-      return false;
+      return refuse("first call of this kind: CPU's kernel does not write the layouts Meta gives");
     }
     recordVerdict(kind, found);
     if (p.cacheable) meta->verdict.store(found, std::memory_order_release);
+    if (found == MetaResult::kFunctional) {
+      kernel.viaOut = false;
+      kernel.target = op;
+    }
+  }
+  if (ranInline) {
     recordOp(plan->counters, OpPath::Inline);
   } else {
     launchWork(getCurrentStream(device), describe(kernel),

@@ -26,6 +26,7 @@ struct MetaResult;  // AsyncPath.cpp
 struct AsyncVerify {
   std::shared_ptr<const MetaResult> meta;  // null: nothing to record
   std::string kind;                        // the arguments' kind (AsyncPath.cpp)
+  const char* refusal = nullptr;           // why the op is not queued, for tools
   void finish();
   AsyncVerify();
   ~AsyncVerify();

@@ -300,7 +300,12 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   // Synchronous: queued work on the current stream must finish before the
   // host touches the memory.
-  noteHostWait(info.dataDependent ? WaitCause::DataDependent : WaitCause::SyncPath, info.name);
+  if (info.dataDependent) {
+    noteHostWait(WaitCause::DataDependent, info.name);
+  } else {
+    noteHostWait(WaitCause::SyncPath, verify.refusal ? info.name + " (" + verify.refusal + ")"
+                                                     : info.name);
+  }
   getCurrentStream(st.device).synchronize();
 
   {
