@@ -90,7 +90,14 @@ ifneq ($(BACKEND),)
 	NEURON_LAUNCH_BLOCKING=1 $(PYTHON) -m pytest -q tests
 endif
 
-test: runtime-tests sanitize fuzz-short python-tests
+test: runtime-tests sanitize fuzz-short python-tests reliability
+
+# Bad inputs across the Python API and a training soak, crash- and
+# hang-isolated (tests/reliability/run.py); once, not under both launch modes.
+reliability: backend
+ifneq ($(BACKEND),)
+	$(PYTHON) tests/reliability/run.py --report build/reliability.json
+endif
 
 # Every OpInfo (op_db) and ModuleInfo (module_db) on neuron vs CPU; reports in
 # build/conformance.json and build/modules.json. Both suites run even if the first fails.

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "conformance"))
 CASE_TIMEOUT_S = 30     # a hang is a bug; no case needs more than a second or two
 SOAK_TIMEOUT_S = 120
 START_TIMEOUT_S = 240   # importing torch on a loaded 2-core machine is slow
-ENV_TIMEOUT_S = 60
+ENV_TIMEOUT_S = 150     # forked cases all run at once, next to the worker
 
 
 def load_expected(path=os.path.join(HERE, "expected_failures.txt")):
@@ -64,6 +64,7 @@ def _run(fn, device):
     try:
         return True, fn(device)
     except Exception as e:  # noqa: BLE001 - the exception is the result
+        e.__traceback__ = None  # its frames would keep the case's tensors alive
         return False, e
 
 
@@ -182,13 +183,16 @@ def _isolated_child(c, out_path):
     os._exit(0)
 
 
-def run_forked_cases(names):
-    """Forks one child per environment case and per isolated case before this
-    process touches the runtime (its configuration is read once per process,
-    and a child forked after that could not use the device); all run at once,
-    each with a runtime of its own."""
+def fork_cases(names):
+    """Forks one child per environment case and per isolated case from the
+    parent, which imports torch but never touches the runtime (its
+    configuration is read once per process, and a child forked after that
+    could not use the device); they run while the worker runs the rest, each
+    with a runtime of its own."""
+    import torch  # noqa: F401
+    import torchneuron  # noqa: F401
     from cases import CASES, ENV_CASES
-    records, children = [], []
+    children = []
     jobs = [(f"env.{var}={value}", lambda p, a=(var, value, expect): _env_child(*a, p))
             for var, value, expect in ENV_CASES]
     jobs += [(c.name, lambda p, c=c: _isolated_child(c, p)) for c in CASES if c.isolate]
@@ -204,7 +208,11 @@ def run_forked_cases(names):
             finally:
                 os._exit(3)
         children.append((name, pid, path))
-    deadline = time.time() + ENV_TIMEOUT_S
+    return children
+
+
+def collect_forked(children, deadline):
+    records = []
     for name, pid, path in children:
         status = None
         while time.time() < deadline:
@@ -215,7 +223,7 @@ def run_forked_cases(names):
         else:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
-            records.append({"name": name, "status": "hang", "detail": f"no answer in {ENV_TIMEOUT_S} s"})
+            records.append({"name": name, "status": "hang", "detail": "no answer in time"})
             os.unlink(path)
             continue
         try:
@@ -228,7 +236,7 @@ def run_forked_cases(names):
     return records
 
 
-def worker(names, out_path, with_env):
+def worker(names, out_path):
     import torch
     import torchneuron  # noqa: F401
     from cases import CASES
@@ -238,15 +246,13 @@ def worker(names, out_path, with_env):
         out.write(json.dumps(rec) + "\n")
         out.flush()
 
-    if with_env:
-        for rec in run_forked_cases(names):
-            emit(rec)
-    emit({"env_done": True})
+    emit({"ready": True})
     by_name = {c.name: c for c in CASES}
     for name in (names if names is not None else [c.name for c in CASES] + ["soak"]):
         if name.startswith("env.") or (name in by_name and by_name[name].isolate):
             continue
-        emit({"start": name, "t": time.time()})
+        t_case = time.time()
+        emit({"start": name, "t": t_case})
         if name == "soak":
             import soak
             try:
@@ -261,12 +267,14 @@ def worker(names, out_path, with_env):
                 status, detail = _judge(by_name[name])
             except Exception as e:  # noqa: BLE001 - a bug in the case itself
                 status, detail = "wrong", f"case raised outside the call: {_describe(e)}"
-            # Frees what the case left now, so a crash in a free is its own.
-            gc.collect()
+            # Frees what the case left now, so a crash in a free is its own
+            # (the young generations: a full collection costs half a second).
+            gc.collect(1)
             health = _device_healthy()
             if health:
                 status, detail = "wrong", f"{detail}; then {health}"
             rec = {"name": name, "status": status, "detail": detail}
+        rec["secs"] = round(time.time() - t_case, 2)
         emit(rec)
         try:
             _reset()
@@ -287,25 +295,34 @@ def run_all(names, soak_on):
     if names is not None:
         pending = [n for n in pending if n in names]
         env_names = [n for n in env_names if n in names]
-    records, with_env = [], bool(env_names)
+    records = []
+    t_start = time.time()
+    # Cleared of PYTHONPATH-less imports: the parent imports torch to fork from.
+    children = fork_cases(env_names) if env_names else []
+    TIMES["fork"] = round(time.time() - t_start, 1)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    while pending or with_env:
+    while pending:
         fd, path = tempfile.mkstemp(suffix=".jsonl")
         os.close(fd)
+        # Names go through a file: some contain commas (NEURON_RT_VISIBLE_CORES=0,0).
+        names_path = path + ".names"
+        with open(names_path, "w") as f:
+            json.dump(pending, f)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--out", path,
-               "--names", ",".join(pending + (env_names if with_env else []))]
-        if with_env:
-            cmd.append("--env")
+               "--names-file", names_path]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         started = started_at = None
-        done, pos, env_done = set(), 0, False
+        done, pos, ready = set(), 0, False
         t0, killed = time.time(), None
         while True:
-            with open(path) as f:
-                f.seek(pos)
-                chunk = f.read()
+            try:
+                with open(path) as f:
+                    f.seek(pos)
+                    chunk = f.read()
+            except FileNotFoundError:  # (seen once under heavy load) treat as no news
+                chunk = ""
             # Only whole lines; a partial one is read again next time.
             cut = chunk.rfind("\n") + 1
             pos += cut
@@ -315,8 +332,9 @@ def run_all(names, soak_on):
                     started, started_at = rec["start"], time.time()
                 elif "done" in rec:
                     done.add(rec["done"])
-                elif "env_done" in rec:
-                    env_done = True
+                elif "ready" in rec:
+                    ready = True
+                    TIMES.setdefault("worker start", round(time.time() - t0, 1))
                 else:
                     records.append(rec)
             if proc.poll() is not None:
@@ -325,13 +343,13 @@ def run_all(names, soak_on):
             if started is not None and started not in done and time.time() - started_at > limit:
                 killed = f"no progress in {limit} s"
                 proc.kill()
-            elif started is None and not env_done and time.time() - t0 > START_TIMEOUT_S + ENV_TIMEOUT_S:
+            elif started is None and not ready and time.time() - t0 > START_TIMEOUT_S:
                 killed = "the worker did not start"
                 proc.kill()
             time.sleep(0.05)
         output = proc.stdout.read()
         os.unlink(path)
-        with_env = with_env and not env_done
+        os.unlink(names_path)
         if proc.returncode == 0:
             pending = [n for n in pending if n not in done]
             if pending:  # should not happen: say so rather than loop
@@ -339,14 +357,20 @@ def run_all(names, soak_on):
             break
         tail = (output.strip().splitlines() or ["(no output)"])[-1][:200]
         if started is None or started in done:
-            if not env_done:
+            if not ready:
                 raise RuntimeError(f"reliability worker failed before running: {output[-2000:]}")
             raise RuntimeError(f"reliability worker died between cases: {output[-2000:]}")
         status = "hang" if killed and "progress" in killed else "crash"
         detail = killed or f"worker exited with {proc.returncode}: {tail}"
         records.append({"name": started, "status": status, "detail": detail})
         pending = pending[pending.index(started) + 1:]
+    TIMES["worker"] = round(time.time() - t_start, 1)
+    records += collect_forked(children, t_start + ENV_TIMEOUT_S)
+    TIMES["forked cases"] = round(time.time() - t_start, 1)
     return records
+
+
+TIMES = {}
 
 
 def summarize(records, expected):
@@ -371,15 +395,17 @@ def summarize(records, expected):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", action="store_true")
-    ap.add_argument("--env", action="store_true")
-    ap.add_argument("--names")
+    ap.add_argument("--names", help="comma-separated case names")
+    ap.add_argument("--names-file", help="(worker) a JSON list of case names")
     ap.add_argument("--out")
     ap.add_argument("--no-soak", action="store_true")
     ap.add_argument("--report")
     args = ap.parse_args()
     names = args.names.split(",") if args.names else None
     if args.worker:
-        worker([n for n in names if n] if names is not None else None, args.out, args.env)
+        if args.names_file:
+            names = json.load(open(args.names_file))
+        worker(names, args.out)
         return 0
     t0 = time.time()
     records = run_all(names, soak_on=not args.no_soak)
@@ -394,6 +420,9 @@ def main():
         if r["name"] == "soak" and "soak" in r:
             s = r["soak"]
             print("soak: " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "problems"))
+    slow = sorted((r for r in records if "secs" in r), key=lambda r: -r["secs"])[:4]
+    print("time: " + ", ".join(f"{k} {v} s" for k, v in TIMES.items()) + "; slowest: "
+          + ", ".join(f"{r['name']} {r['secs']} s" for r in slow))
     tried = sum(counts.values())
     print(f"reliability: {tried} tried, {counts['clean']} clean, {counts['crash']} crash, "
           f"{counts['hang']} hang, {counts['wrong']} wrong, {counts['xfail']} xfail "
