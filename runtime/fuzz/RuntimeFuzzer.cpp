@@ -22,8 +22,11 @@
 // destruction) first open every gate, so no input can hang.
 //
 // NRT_FUZZ_SKIP_KNOWN=1 (what `make test` sets) skips exactly the calls that
-// hit the known bugs listed at kKnownBugs below, so the short run in the test
-// suite checks everything else; `make fuzz` runs without it.
+// hit the known bugs listed below (K1...), so the short run in the test suite
+// checks everything else; `make fuzz` runs without it. runtime/fuzz/known/
+// holds a minimal input for each: `build-fuzz/runtime/fuzz/runtime_fuzzer
+// runtime/fuzz/known/*` fails on each until its bug is fixed; then delete its
+// skip and move the input to corpus/.
 #include <neuron/runtime.h>
 
 #include <atomic>
@@ -44,7 +47,7 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // Known bugs, skipped under NRT_FUZZ_SKIP_KNOWN=1. Each entry is the exact
-// call shape that hits one; remove the entry (and its skip) once fixed.
+// call shape that hits one (NRT_FUZZ_TRACE=1 prints an input's calls).
 //   K1 nrtHostAlloc(&p, n) with n > SIZE_MAX - 4095: rounding to a page wraps,
 //      the call succeeds with a tiny block (heap overflow on first write).
 //   K2 nrtMemcpyAsync of 0 bytes with a NULL pointer reaches
