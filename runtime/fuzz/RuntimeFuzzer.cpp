@@ -1433,6 +1433,7 @@ void opLaunch(Reader& r) {
       trace("nrtLaunchKernel(stream %d, gate %d) -> %s", sp.slot, g.gate, name(st));
       expectOneOf(st, {sp.live ? NRT_SUCCESS : NRT_ERROR_INVALID_HANDLE}, "nrtLaunchKernel(gate)");
       if (st == NRT_SUCCESS) {
+        if (M->recording) M->maxByKind[nrtWorkKernel]++, M->minByKind[nrtWorkKernel]++;
         M->closedGates.push_back(M->nextGate);
         s->gates.insert(M->nextGate);
         M->nextGate++;
