@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # setup.sh — installs what the build and tests need; idempotent and cheap when
 # everything is already there.
-#   scripts/setup.sh system   Debian packages (compiler, cmake, ninja, gtest, benchmark, ccache)
+#   scripts/setup.sh system   Debian packages (compilers, cmake, ninja, gtest, benchmark, ccache)
 #   scripts/setup.sh python   the Python venv with torch==2.14.* (outside the source tree)
 # The venv lives in $TORCHNEURON_VENV (default ~/.cache/torchneuron/venv) and
 # pip's cache in ~/.cache/pip, so reinstalls on the same machine are fast.
@@ -9,7 +9,9 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 
 system() {
-  local pkgs=(g++ cmake ninja-build libgtest-dev libbenchmark-dev ccache python3-venv)
+  # clang and its runtime libraries (libFuzzer, sanitizers): the runtime fuzzer.
+  local pkgs=(g++ cmake ninja-build libgtest-dev libbenchmark-dev ccache python3-venv clang
+              libclang-rt-dev)
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

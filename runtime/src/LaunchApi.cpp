@@ -1,4 +1,6 @@
 // LaunchApi.cpp — queueing kernels on streams.
+#include <cstring>
+
 #include "Activity.h"
 #include "Runtime.h"
 
@@ -13,9 +15,12 @@ extern "C" {
 nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn fn,
                         const void* args, size_t argsSize, uint64_t* workId) {
   if (!desc) return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: desc is NULL");
-  if (desc->kind < nrtWorkKernel || desc->kind > nrtWorkHost)
-    return failf(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: unknown work kind %d",
-                 static_cast<int>(desc->kind));
+  // A C caller may store any int in the enum: read it as one (loading an
+  // out-of-range value as nrtWorkKind is undefined in C++).
+  int kind;
+  std::memcpy(&kind, &desc->kind, sizeof kind);
+  if (kind < nrtWorkKernel || kind > nrtWorkHost)
+    return failf(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: unknown work kind %d", kind);
   if ((!desc->reads && desc->numReads) || (!desc->writes && desc->numWrites))
     return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchWork: buffer list is NULL but its count > 0");
   if (!fn) return fail(NRT_ERROR_INVALID_VALUE, "nrtLaunchKernel: fn is NULL");
