@@ -41,7 +41,9 @@ namespace detail {
 extern std::atomic<bool> g_history_enabled;
 }  // namespace detail
 
-// The one check the allocation path makes while history is off.
+// What alloc and free check before gathering a stack: while history is off,
+// this relaxed load (and the device trace's plain flag under its lock) is
+// all recording costs them.
 inline bool memoryHistoryEnabled() {
   return detail::g_history_enabled.load(std::memory_order_relaxed);
 }
