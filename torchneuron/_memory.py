@@ -63,20 +63,68 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """The allocator's statistics as a table, laid out as ``torch.cuda.memory_summary``
+    (current, peak, total allocated and total freed of each metric, per pool unless
+    ``abbreviated``)."""
+    device = _index(device)
     stats = memory_stats(device)
 
-    def fmt(n: int) -> str:
-        for unit in ("B", "KiB", "MiB", "GiB"):
-            if abs(n) < 1024 or unit == "GiB":
-                return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-            n /= 1024
-        return str(n)
+    def size(n: int, pref: float) -> str:
+        # As CUDA: the unit follows the first row of the metric, values truncate.
+        units = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"]
+        unit = units[0]
+        for nxt in units[1:]:
+            if pref < 768 * 1024:
+                break
+            unit, n, pref = nxt, n // 1024, pref / 1024
+        return f"{n:6d} {unit}"
 
-    lines = [f"neuron memory summary, device {_index(device)}"]
-    for key in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
-        cur = stats.get(f"{key}.all.current", 0)
-        peak = stats.get(f"{key}.all.peak", 0)
-        lines.append(f"  {key:<16} current {fmt(cur):>12}   peak {fmt(peak):>12}")
-    for key in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free"):
-        lines.append(f"  {key:<16} {stats.get(key, 0)}")
-    return "\n".join(lines)
+    def count(n: int, pref: float) -> str:
+        units = [" ", "K", "M"]
+        unit = units[0]
+        for nxt in units[1:]:
+            if pref < 750 * 1000:
+                break
+            unit, n, pref = nxt, n // 1000, pref / 1000
+        return f"{n:7d} {unit} "
+
+    def row(name: str, prefix: str, fmt, pref: dict[str, int]) -> str:
+        cells = [fmt(stats.get(prefix + k, 0), pref[k]) for k in ("current", "peak", "allocated", "freed")]
+        return f" {name:<21} | " + " | ".join(cells) + " "
+
+    rule, double = "-" * 75, "=" * 75
+    lines = [
+        double,
+        f" {'':16} PyTorch neuron memory summary, device ID {device:<15d} ",
+        rule,
+        f"  {'':8} neuron OOMs: {stats.get('num_ooms', 0):<12d} | {'':6} nrtMalloc retries: "
+        f"{stats.get('num_alloc_retries', 0):<8d}  ",
+        double,
+        "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ",
+    ]
+    metrics = [
+        ("allocated_bytes", "Allocated memory", size),
+        ("active_bytes", "Active memory", size),
+        ("requested_bytes", "Requested memory", size),
+        ("reserved_bytes", "Reserved memory", size),
+        ("inactive_split_bytes", "Non-releasable memory", size),
+        ("allocation", "Allocations", count),
+        ("active", "Active allocs", count),
+        ("segment", "Reserved segments", count),
+        ("inactive_split", "Non-releasable allocs", count),
+    ]
+    for key, name, fmt in metrics:
+        lines.append(rule)
+        pools = [("all", name)]
+        if not abbreviated:
+            pools += [("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+        pref = {k: stats.get(f"{key}.all.{k}", 0) for k in ("current", "peak", "allocated", "freed")}
+        for pool, label in pools:
+            lines.append(row(label, f"{key}.{pool}.", fmt, pref))
+    for key, name in (("oversize_allocations", "Oversize allocations"),
+                      ("oversize_segments", "Oversize segments")):
+        lines.append(rule)
+        lines.append(row(name, f"{key}.", count,
+                         {k: stats.get(f"{key}.{k}", 0) for k in ("current", "peak", "allocated", "freed")}))
+    lines.append(double)
+    return "|" + "|\n|".join(lines) + "|\n"

@@ -5,6 +5,7 @@ torchneuron is imported (or autoloaded by torch).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ._device import (  # noqa: F401
@@ -42,6 +43,8 @@ from ._memory import (  # noqa: F401
     reset_max_memory_allocated,
     reset_peak_memory_stats,
 )
+from . import memory  # noqa: F401  (torch.neuron.memory, like torch.cuda.memory)
+from .memory import memory_snapshot  # noqa: F401
 from ._random import (  # noqa: F401
     get_rng_state,
     get_rng_state_all,
@@ -69,6 +72,11 @@ from ._streams import (  # noqa: F401
 )
 
 
+# `import torch.neuron.memory` / `from torch.neuron.memory import ...` find the
+# submodule here: torch.neuron is this module, not a package.
+sys.modules.setdefault("torch.neuron.memory", memory)
+
+
 def __getattr__(name: str) -> Any:
     # `_initialized` is read as a module attribute by torch (checkpointing,
     # DeviceMesh); it must follow the live state.
@@ -86,8 +94,8 @@ __all__ = [
     "get_device_properties", "get_rng_state", "get_rng_state_all", "init",
     "initial_seed", "is_available", "is_bf16_supported", "is_initialized",
     "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_reserved",
-    "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
+    "mem_get_info", "memory_allocated", "memory_reserved", "memory_snapshot",
+    "memory_stats", "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
     "seed", "seed_all", "set_device", "set_rng_state", "set_rng_state_all",
     "set_stream", "stream", "synchronize", "query", "record_event", "wait_event",
     "wait_stream", "set_sync_debug_mode", "get_sync_debug_mode",

@@ -10,9 +10,12 @@
 // throws c10::OutOfMemoryError (torch.OutOfMemoryError) with the device's
 // capacity and the allocator's allocated/reserved bytes.
 // Statistics follow CUDA's DeviceStats so that torch.accelerator.memory_stats
-// produces the same keys.
+// produces the same keys. While memory history is on (MemoryHistory.h), each
+// device also keeps the allocation stack of every block and a trace of its
+// actions, and snapshot() reports segments and blocks as CUDA's allocator does.
 #include "core/DeviceAllocator.h"
 
+#include "core/MemoryHistory.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
@@ -21,6 +24,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -57,6 +61,7 @@ struct Block {
   Block* next = nullptr;
   ska::flat_hash_set<nrtStream_t> stream_uses;
   int event_count = 0;  // outstanding events before reuse
+  std::shared_ptr<c10::GatheredContext> context;  // allocation stack (history on)
 
   Block(c10::DeviceIndex d, nrtStream_t s, size_t sz, BlockPool* p, void* ptr_)
       : device(d), stream(s), size(sz), ptr(ptr_), pool(p) {}
@@ -75,6 +80,16 @@ struct BlockPool {
   explicit BlockPool(bool small_) : small(small_) {}
   std::set<Block*, BlockComparator> blocks;
   const bool small;
+};
+
+// One nrtMalloc'd range. Its blocks are reachable from `head` through next;
+// only snapshots walk them.
+struct Segment {
+  Block* head;
+  size_t size;
+  nrtStream_t stream;
+  BlockPool* pool;
+  std::shared_ptr<c10::GatheredContext> context;  // stack of the allocation that made it
 };
 
 std::string formatBytes(size_t bytes) {
@@ -108,14 +123,16 @@ class DeviceCache {
  public:
   explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
 
-  Block* malloc(size_t orig_size, nrtStream_t stream) {
+  // context: the caller's stack when history records stacks, else null.
+  Block* malloc(size_t orig_size, nrtStream_t stream,
+                std::shared_ptr<c10::GatheredContext> context) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     processEvents();
     const size_t size = roundSize(orig_size);
     BlockPool& pool = size <= kSmallSize ? small_ : large_;
     Block* block = takeFreeBlock(pool, stream, size);
     if (block == nullptr) {
-      block = allocateSegment(pool, stream, size, orig_size);
+      block = allocateSegment(pool, stream, size, orig_size, context);
     }
     // Split off the unused tail so it can serve other requests.
     const size_t remaining = block->size - size;
@@ -137,6 +154,10 @@ class DeviceCache {
     }
     block->allocated = true;
     block->requested = orig_size;
+    if (trace_.recording()) {
+      trace_.record(TraceEntry::kAlloc, addr(block->ptr), orig_size, stream, context);
+    }
+    block->context = std::move(context);
     forEach(types, [&](size_t t) {
       stats_.allocation[t].increase(1);
       stats_.allocated_bytes[t].increase(block->size);
@@ -147,8 +168,13 @@ class DeviceCache {
     return block;
   }
 
-  void free(Block* block) {
+  // context: the caller's stack when history records stacks of frees.
+  void free(Block* block, std::shared_ptr<c10::GatheredContext> context) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    if (trace_.recording()) {
+      trace_.record(TraceEntry::kFreeRequested, addr(block->ptr), block->requested,
+                    block->stream, context);
+    }
     block->allocated = false;
     StatTypes types = statTypes(*block->pool);
     forEach(types, [&](size_t t) {
@@ -167,7 +193,7 @@ class DeviceCache {
         pending_.emplace_back(ev, block);
       }
     } else {
-      freeBlock(block);
+      freeBlock(block, std::move(context));
     }
   }
 
@@ -211,7 +237,49 @@ class DeviceCache {
     stats_.oversize_segments.reset_peak();
   }
 
+  void configureHistory(const HistorySettings& settings) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    trace_.configure(settings);
+  }
+
+  // Appends this device's segments to `segments` and returns its trace, both
+  // taken under the device lock so that replaying the trace backwards from
+  // the segments (what memory_viz does) is consistent.
+  std::vector<TraceEntry> snapshot(std::vector<SegmentSnapshot>& segments) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    processEvents();
+    // Like CUDA, streams are reported with the default stream as 0.
+    nrtStream_t default_stream = 0;
+    if (isInitialized()) NEURON_CHECK(nrtStreamGetDefault(&default_stream, device_));
+    auto streamId = [&](nrtStream_t s) -> uint64_t { return s == default_stream ? 0 : s; };
+    size_t total_active = 0;
+    for (const auto& [address, seg] : segments_) {
+      SegmentSnapshot out{device_, address, seg.size, 0, 0, 0, streamId(seg.stream),
+                          seg.pool->small, seg.context, {}};
+      for (Block* b = seg.head; b != nullptr; b = b->next) {
+        BlockSnapshot::State state = b->allocated          ? BlockSnapshot::kActiveAllocated
+                                     : b->event_count > 0 ? BlockSnapshot::kActivePendingFree
+                                                          : BlockSnapshot::kInactive;
+        const bool active = state != BlockSnapshot::kInactive;
+        if (b->allocated) out.allocatedSize += b->size;
+        if (active) {
+          out.activeSize += b->size;
+          out.requestedSize += b->requested;
+        }
+        out.blocks.push_back({b->size, active ? b->requested : 0, state, b->context});
+      }
+      total_active += out.activeSize;
+      segments.push_back(std::move(out));
+    }
+    if (trace_.recording()) trace_.record(TraceEntry::kSnapshot, 0, total_active, 0, nullptr);
+    std::vector<TraceEntry> entries = trace_.entries();
+    for (TraceEntry& e : entries) e.stream = streamId(e.stream);
+    return entries;
+  }
+
  private:
+  static uintptr_t addr(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
   template <typename F>
   static void forEach(const StatTypes& types, F f) {
     for (size_t t = 0; t < types.size(); ++t) {
@@ -249,7 +317,8 @@ class DeviceCache {
     return block;
   }
 
-  Block* allocateSegment(BlockPool& pool, nrtStream_t stream, size_t size, size_t orig_size) {
+  Block* allocateSegment(BlockPool& pool, nrtStream_t stream, size_t size, size_t orig_size,
+                         const std::shared_ptr<c10::GatheredContext>& context) {
     const size_t alloc_size = allocationSize(size);
     void* ptr = nullptr;
     nrtStatus st = nrtMalloc(&ptr, alloc_size, device_);
@@ -261,20 +330,11 @@ class DeviceCache {
     }
     if (st == NRT_ERROR_OUT_OF_MEMORY) {
       stats_.num_ooms += 1;
-      size_t free_bytes = 0, total_bytes = 0;
-      nrtMemGetInfo(device_, &free_bytes, &total_bytes);
-      const size_t agg = static_cast<size_t>(StatType::AGGREGATE);
-      const size_t allocated = stats_.allocated_bytes[agg].current;
-      const size_t reserved = stats_.reserved_bytes[agg].current;
-      TORCH_CHECK_WITH(
-          OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
-          formatBytes(orig_size), " (a segment of ", formatBytes(alloc_size), "). Device neuron:",
-          static_cast<int>(device_), " has a total capacity of ", formatBytes(total_bytes),
-          " of which ", formatBytes(free_bytes), " is free. ", formatBytes(allocated),
-          " is allocated by PyTorch, and ", formatBytes(reserved),
-          " is reserved by PyTorch (", formatBytes(reserved - std::min(reserved, allocated)),
-          " reserved but unallocated). Free tensors, call torch.neuron.empty_cache(), or "
-          "raise NEURON_RT_MEMORY_PER_CORE.");
+      size_t free_bytes = 0, total_bytes = 0, largest_free = 0;
+      NEURON_WARN_IF_ERROR(nrtMemGetInfo(device_, &free_bytes, &total_bytes));
+      NEURON_WARN_IF_ERROR(nrtMemGetLargestFreeRange(device_, &largest_free));
+      if (trace_.recording()) trace_.record(TraceEntry::kOom, free_bytes, size, stream, context);
+      throwOutOfMemory(orig_size, alloc_size, free_bytes, total_bytes, largest_free);
     }
     NEURON_CHECK(st);
     stats_.num_device_alloc += 1;
@@ -282,15 +342,55 @@ class DeviceCache {
       stats_.segment[t].increase(1);
       stats_.reserved_bytes[t].increase(alloc_size);
     });
-    return new Block(device_, stream, alloc_size, &pool, ptr);
+    auto* block = new Block(device_, stream, alloc_size, &pool, ptr);
+    segments_.emplace(addr(ptr), Segment{block, alloc_size, stream, &pool, context});
+    if (trace_.recording()) {
+      trace_.record(TraceEntry::kSegmentAlloc, addr(ptr), alloc_size, stream, context);
+    }
+    return block;
+  }
+
+  [[noreturn]] void throwOutOfMemory(size_t orig_size, size_t alloc_size, size_t free_bytes,
+                                     size_t total_bytes, size_t largest_free) {
+    const size_t agg = static_cast<size_t>(StatType::AGGREGATE);
+    const size_t allocated = stats_.allocated_bytes[agg].current;
+    const size_t reserved = stats_.reserved_bytes[agg].current;
+    std::ostringstream free_part;
+    free_part << formatBytes(free_bytes) << " is free";
+    if (free_bytes >= alloc_size && largest_free < alloc_size) {
+      // Enough bytes, no range: the arena's free memory is in pieces.
+      free_part << ", but its largest free range is " << formatBytes(largest_free)
+                << ": the device memory is fragmented";
+    }
+    // The retry released every cached segment it could: what is reserved but
+    // unallocated now sits in segments that also hold live tensors.
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
+        formatBytes(orig_size), " (a segment of ", formatBytes(alloc_size), "). Device neuron:",
+        static_cast<int>(device_), " has a total capacity of ", formatBytes(total_bytes),
+        " of which ", free_part.str(), ". ", formatBytes(allocated),
+        " is allocated by PyTorch, and ", formatBytes(reserved), " is reserved by PyTorch (",
+        formatBytes(reserved - std::min(reserved, allocated)),
+        " reserved but unallocated, in segments that also hold live tensors). Free tensors, "
+        "call torch.neuron.empty_cache(), or raise NEURON_RT_MEMORY_PER_CORE. To see what "
+        "holds the memory, call torch.neuron.memory._record_memory_history() before the "
+        "allocations and torch.neuron.memory._dump_snapshot('snapshot.pickle') after this "
+        "error, and open the file at https://pytorch.org/memory_viz.");
   }
 
   // Returns a block whose events have completed to its pool, merging it with
   // free neighbours.
-  void freeBlock(Block* block) {
+  // context: the stack of the free, when history records it.
+  void freeBlock(Block* block, std::shared_ptr<c10::GatheredContext> context) {
     BlockPool& pool = *block->pool;
     StatTypes types = statTypes(pool);
     const size_t original_size = block->size;
+    if (trace_.recording()) {
+      trace_.record(TraceEntry::kFreeCompleted, addr(block->ptr), block->requested, block->stream,
+                    std::move(context));
+    }
+    block->context.reset();
+    block->requested = 0;
     for (Block* neighbour : {block->prev, block->next}) {
       if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0) continue;
       // The neighbour is a free, split block in the pool: absorb it.
@@ -302,7 +402,11 @@ class DeviceCache {
       if (neighbour == block->prev) {
         block->ptr = neighbour->ptr;
         block->prev = neighbour->prev;
-        if (block->prev) block->prev->next = block;
+        if (block->prev) {
+          block->prev->next = block;
+        } else {
+          segments_.at(addr(block->ptr)).head = block;  // it now starts the segment
+        }
       } else {
         block->next = neighbour->next;
         if (block->next) block->next->prev = block;
@@ -336,7 +440,7 @@ class DeviceCache {
 
   void completeEvent(nrtEvent_t ev, Block* block) {
     free_events_.push_back(ev);
-    if (--block->event_count == 0) freeBlock(block);
+    if (--block->event_count == 0) freeBlock(block, nullptr);
   }
 
   // Returns blocks whose deferred-reuse events have completed.
@@ -385,6 +489,11 @@ class DeviceCache {
         it = pool->blocks.erase(it);
         NEURON_WARN_IF_ERROR(nrtFree(block->ptr));
         stats_.num_device_free += 1;
+        segments_.erase(addr(block->ptr));
+        if (trace_.recording()) {
+          trace_.record(TraceEntry::kSegmentFree, addr(block->ptr), block->size, block->stream,
+                        nullptr);
+        }
         forEach(statTypes(*pool), [&](size_t t) {
           stats_.segment[t].decrease(1);
           stats_.reserved_bytes[t].decrease(block->size);
@@ -401,6 +510,8 @@ class DeviceCache {
   BlockPool large_{false};
   std::deque<std::pair<nrtEvent_t, Block*>> pending_;
   std::vector<nrtEvent_t> free_events_;
+  std::map<uintptr_t, Segment> segments_;  // by address: snapshots list them in order
+  DeviceTrace trace_;
 };
 
 void rawDelete(void* ptr);
@@ -414,7 +525,9 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
       return c10::DataPtr(nullptr, c10::Device(c10::DeviceType::PrivateUse1, device));
     }
     nrtStream_t stream = getCurrentStream(device).handle();
-    Block* block = cache(device).malloc(nbytes, stream);
+    std::shared_ptr<c10::GatheredContext> context;
+    if (C10_UNLIKELY(memoryHistoryEnabled())) context = gatherContext(RecordContext::kState);
+    Block* block = cache(device).malloc(nbytes, stream, std::move(context));
     {
       std::lock_guard<std::mutex> lock(blocks_mutex_);
       live_[block->ptr] = block;
@@ -439,7 +552,9 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
       block = it->second;
       live_.erase(it);
     }
-    cache(block->device).free(block);
+    std::shared_ptr<c10::GatheredContext> context;
+    if (C10_UNLIKELY(memoryHistoryEnabled())) context = gatherContext(RecordContext::kAll);
+    cache(block->device).free(block, std::move(context));
   }
 
   bool initialized() override { return isInitialized(); }
@@ -470,6 +585,17 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex device) override {
     cache(resolveDevice(device)).resetPeak();
   }
+  void recordHistory(const HistorySettings& settings) {
+    setHistoryContext(settings);
+    for (auto& c : caches()) c->configureHistory(settings);
+  }
+
+  MemorySnapshot snapshot() {
+    MemorySnapshot out;
+    for (auto& c : caches()) out.deviceTraces.push_back(c->snapshot(out.segments));
+    return out;
+  }
+
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     size_t free_bytes = 0, total_bytes = 0;
     NEURON_CHECK(nrtMemGetInfo(resolveDevice(device), &free_bytes, &total_bytes));
@@ -504,6 +630,10 @@ void rawDelete(void* ptr) { g_allocator.free(ptr); }
 }  // namespace
 
 c10::DeviceAllocator* getDeviceAllocator() { return &g_allocator; }
+
+void recordMemoryHistory(const HistorySettings& settings) { g_allocator.recordHistory(settings); }
+
+MemorySnapshot memorySnapshot() { return g_allocator.snapshot(); }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator)
 

@@ -32,6 +32,8 @@ void installCapturedTracebackPython();
 }
 
 namespace torchneuron {
+void registerMemoryBindings(py::module& m);
+
 namespace {
 
 py::dict pyDeviceProperties(int index) {
@@ -177,6 +179,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_async_path", [](bool on) { setAsyncPathEnabled(on); });
   m.def("_async_path_enabled", [] { return asyncPathEnabled(); });
   m.def("_set_op_tracking", [](bool on) { setOpTrackingEnabled(on); });
+  registerMemoryBindings(m);  // MemoryBindings.cpp
   m.def("_is_pinned_ptr", [](uintptr_t p) {
     nrtPointerAttributes attr{};
     NEURON_CHECK(nrtPointerGetAttributes(&attr, reinterpret_cast<void*>(p)));

@@ -72,4 +72,14 @@ nrtStatus nrtMemGetInfo(int device, size_t* freeBytes, size_t* totalBytes) {
   return NRT_SUCCESS;
 }
 
+nrtStatus nrtMemGetLargestFreeRange(int device, size_t* bytes) {
+  if (!bytes) return fail(NRT_ERROR_INVALID_VALUE, "nrtMemGetLargestFreeRange: bytes is NULL");
+  NRT_RUNTIME(rt);
+  nrtStatus st;
+  Device* d = rt->device(device, &st);
+  if (!d) return st;
+  *bytes = d->arena->largestFree();
+  return NRT_SUCCESS;
+}
+
 }  // extern "C"

@@ -74,6 +74,37 @@ TEST(Device, MemGetInfoTracksAllocations) {
   EXPECT_EQ(free1, free0);
 }
 
+TEST(Device, LargestFreeRangeSeesFragmentation) {
+  NRT_OK(nrtDeviceSynchronize(1));
+  size_t largest = 0, free0 = 0, total = 0;
+  NRT_OK(nrtMemGetLargestFreeRange(1, &largest));
+  NRT_OK(nrtMemGetInfo(1, &free0, &total));
+  EXPECT_EQ(largest, free0);  // nothing allocated on device 1: one free range
+  // Four quarters, the 1st and 3rd freed: half the arena is free, in two
+  // ranges of a quarter each.
+  const size_t quarter = total / 4 / NRT_DEVICE_ALIGNMENT * NRT_DEVICE_ALIGNMENT;
+  void* q[4];
+  for (auto& p : q) NRT_OK(nrtMalloc(&p, quarter, 1));
+  NRT_OK(nrtFree(q[0]));
+  NRT_OK(nrtFree(q[2]));
+  size_t free1 = 0;
+  NRT_OK(nrtMemGetInfo(1, &free1, &total));
+  NRT_OK(nrtMemGetLargestFreeRange(1, &largest));
+  EXPECT_GE(free1, 2 * quarter);
+  EXPECT_LT(largest, 2 * quarter);
+  EXPECT_GE(largest, quarter);
+  void* p = nullptr;
+  EXPECT_EQ(nrtMalloc(&p, largest + NRT_DEVICE_ALIGNMENT, 1), NRT_ERROR_OUT_OF_MEMORY);
+  NRT_OK(nrtMalloc(&p, largest, 1));  // exactly the largest range fits
+  NRT_OK(nrtFree(p));
+  NRT_OK(nrtFree(q[1]));
+  NRT_OK(nrtFree(q[3]));
+  NRT_OK(nrtMemGetLargestFreeRange(1, &largest));
+  EXPECT_EQ(largest, free0);  // freed ranges coalesce again
+  EXPECT_EQ(nrtMemGetLargestFreeRange(1, nullptr), NRT_ERROR_INVALID_VALUE);
+  EXPECT_EQ(nrtMemGetLargestFreeRange(-1, &largest), NRT_ERROR_INVALID_DEVICE);
+}
+
 TEST(Device, SynchronizeWaitsForAllStreams) {
   nrtStream_t a, b;
   NRT_OK(nrtStreamCreate(&a, 0, 0));

@@ -118,6 +118,12 @@ NRT_API nrtStatus nrtDeviceSynchronize(int device);
  * INVALID_DEVICE. */
 NRT_API nrtStatus nrtMemGetInfo(int device, size_t* freeBytes, size_t* totalBytes);
 
+/* Size of the largest free range in device's arena, i.e. the largest single
+ * nrtMalloc that can succeed now. Smaller than nrtMemGetInfo's free bytes
+ * when the free memory is fragmented; out-of-memory reports use it to tell
+ * fragmentation from exhaustion. Errors: INVALID_VALUE, INVALID_DEVICE. */
+NRT_API nrtStatus nrtMemGetLargestFreeRange(int device, size_t* bytes);
+
 /* ------------------------------------------------------------------------ */
 /* Memory                                                                    */
 /* ------------------------------------------------------------------------ */
