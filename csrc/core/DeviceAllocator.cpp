@@ -14,6 +14,7 @@
 // device also keeps the allocation stack of every block and a trace of its
 // actions, and snapshot() reports segments and blocks as CUDA's allocator does.
 #include "core/DeviceAllocator.h"
+#include "core/HostWait.h"
 
 #include "core/MemoryHistory.h"
 #include "core/Runtime.h"
@@ -478,6 +479,8 @@ class DeviceCache {
       for (Block* block : pool->blocks) any_whole_segment |= !block->isSplit();
     }
     if (!any_whole_segment) return;
+    noteHostWait(WaitCause::Allocator, "release cached memory (empty_cache / OOM retry)",
+                 /*withStack=*/false);  // (under the device's lock)
     NEURON_WARN_IF_ERROR(nrtDeviceSynchronize(device_));
     for (BlockPool* pool : {&small_, &large_}) {
       for (auto it = pool->blocks.begin(); it != pool->blocks.end();) {
@@ -539,6 +542,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return &rawDelete; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
+    noteHostWait(WaitCause::Other, "allocator copy_data");
     NEURON_CHECK(nrtMemcpy(dest, src, count, nrtMemcpyDeviceToDevice));
   }
 

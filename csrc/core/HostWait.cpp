@@ -44,11 +44,11 @@ const char* waitCauseName(WaitCause cause) {
   return "other";
 }
 
-void noteHostWait(WaitCause cause, const std::string& op) {
+void noteHostWait(WaitCause cause, const std::string& op, bool withStack) {
   Log& l = log();
   l.counts[static_cast<size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
   const int mode = gSyncDebugMode.load(std::memory_order_relaxed);
-  if (mode != 0 && cause != WaitCause::Synchronize) {
+  if (mode != 0 && cause != WaitCause::Synchronize && withStack) {
     // CUDA's wording, so users who know set_sync_debug_mode recognise it.
     if (mode == 2) {
       TORCH_CHECK(false, "called a synchronizing neuron operation (", op, ": ",
@@ -57,9 +57,11 @@ void noteHostWait(WaitCause cause, const std::string& op) {
     }
     TORCH_WARN("called a synchronizing neuron operation (", op, ": ", waitCauseName(cause), ")");
   }
-  HostWaitRecord r{cause, op, torch::CapturedTraceback::gather(/*python=*/true,
+  HostWaitRecord r{cause, op,
+                   withStack ? torch::CapturedTraceback::gather(/*python=*/true,
                                                                 /*script=*/false,
-                                                                /*cpp=*/false)};
+                                                                /*cpp=*/false)
+                             : nullptr};
   std::lock_guard<std::mutex> lk(l.mu);
   if (l.records.size() >= kMaxKept) l.records.pop_front();
   l.records.push_back(std::move(r));

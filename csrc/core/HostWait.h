@@ -43,7 +43,9 @@ struct HostWaitRecord {
 
 // Called right before the host blocks. `op` names what waits. Raises (sync
 // debug mode "error") or warns ("warn") for every cause but Synchronize.
-void noteHostWait(WaitCause cause, const std::string& op);
+// withStack=false where a lock is held: gathering Python frames may take the
+// GIL, and a thread holding the GIL may be waiting for that lock.
+void noteHostWait(WaitCause cause, const std::string& op, bool withStack = true);
 
 // The waits since the last clear (the newest kMaxKept with stacks), and the
 // count per cause (all of them).
