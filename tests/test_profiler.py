@@ -220,3 +220,24 @@ def test_work_queued_between_traces_is_in_neither():
     names = [e["name"] for e in _export(prof) if e.get("cat") in DEVICE_CATS]
     assert "torchneuron::_sleep" not in names
     assert any(n.startswith("Memcpy DtoH") for n in names), names
+
+
+def test_scheduled_traces_each_hold_their_own_steps():
+    model, opt = _model()
+    _train_step(model, opt)
+    traces = []
+
+    def on_trace_ready(prof):
+        traces.append([e for e in _export(prof) if e.get("cat") in DEVICE_CATS])
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=1, repeat=2),
+                 on_trace_ready=on_trace_ready) as prof:
+        for _ in range(6):
+            _train_step(model, opt)
+            prof.step()
+    assert len(traces) == 2
+    # One active step each: the same work, none of the warm-up or waiting steps'.
+    names = [sorted(e["name"] for e in t) for t in traces]
+    assert names[0] and names[0] == names[1], names
+    assert torchneuron._C._drain_activity_records() == 0
