@@ -69,6 +69,8 @@ def profiled():
         _train_step(model, opt, side)
         if torch.neuron.device_count() > 1:
             (torch.ones(64, device="neuron:1") * 2).cpu()
+        with torch.profiler.record_function("user_scope"):
+            torch.neuron._sleep(100)              # a kernel no aten op launched
     return prof, _export(prof), side.stream_id, threading.get_native_id()
 
 
@@ -115,7 +117,7 @@ def test_copies_carry_their_bytes_and_kind(profiled):
 
 def _ops_by_external_id(events):
     return {e["args"]["External id"]: e for e in events
-            if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+            if e.get("cat") in ("cpu_op", "user_annotation") and "External id" in e.get("args", {})}
 
 
 def test_every_work_item_links_to_the_cpu_op_that_launched_it(profiled):
@@ -142,8 +144,12 @@ def test_every_work_item_links_to_the_cpu_op_that_launched_it(profiled):
         assert launch["ts"] <= e["ts"], (e["name"], launch, e)
         assert launch["args"]["External id"] == op["args"]["External id"]
         # An op's kernel is named after the op (its out= or in-place form).
-        if e.get("cat") == "kernel":
+        if e.get("cat") == "kernel" and op.get("cat") == "cpu_op":
             assert e["name"].split(".")[0] == op["name"].split(".")[0], (e["name"], op["name"])
+    # Work no op launched is stamped with the enclosing record_function.
+    sleep = [e for e in work if e["name"] == "torchneuron::_sleep"]
+    assert [op_of[id(e)]["name"] for e in sleep] == ["user_scope"]
+    assert op_of[id(sleep[0])]["cat"] == "user_annotation"
     copy_ops = {op_of[id(e)]["name"] for e in work if e.get("cat") == "gpu_memcpy"}
     assert copy_ops == {"aten::_copy_from"}, copy_ops  # the backend's copy kernel
     kernels = {op_of[id(e)]["name"] for e in work}

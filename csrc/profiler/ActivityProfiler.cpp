@@ -16,8 +16,9 @@
 // and key_averages() credits each op with its device time.
 //
 // Correlation: PyTorch pushes a correlation id into Kineto around every op
-// on the thread running it (the autograd engine's device threads included),
-// and Kineto forwards it to each live session's pushCorrelationId. We push it
+// (and record_function scope) on the thread running it, the autograd engine's
+// device threads included, and Kineto forwards it to each live session's
+// push(User)CorrelationId. We push it
 // onto the runtime's thread correlation stack, which stamps every work item
 // the thread queues; processTrace resolves the id to the CPU op.
 #include "core/Runtime.h"
@@ -120,13 +121,14 @@ class NeuronProfilerSession final : public libkineto::IActivityProfilerSession {
 
   void toggleCollectionDynamic(bool enable) override { setRecording(enable); }
 
-  // Kineto calls these around every op on the thread running it.
+  // Kineto calls these around every op on the thread running it, and the
+  // user variants around record_function scopes. Both go on the one runtime
+  // stack: scopes nest, so work is stamped with the innermost op, or with the
+  // enclosing user scope when no op queued it (torch.neuron._sleep, say).
   void pushCorrelationId(uint64_t id) override { nrtPushCorrelationId(id); }
-  void popCorrelationId() override {
-    // INVALID_VALUE on an empty stack: an op that began before this session
-    // existed ends inside it. Nothing to undo then.
-    (void)nrtPopCorrelationId();
-  }
+  void popCorrelationId() override { pop(); }
+  void pushUserCorrelationId(uint64_t id) override { nrtPushCorrelationId(id); }
+  void popUserCorrelationId() override { pop(); }
 
   std::vector<std::string> errors() override { return errors_; }
 
@@ -250,6 +252,12 @@ class NeuronProfilerSession final : public libkineto::IActivityProfilerSession {
   }
 
  private:
+  static void pop() {
+    // INVALID_VALUE on an empty stack: a scope that began before this session
+    // existed ends inside it. Nothing to undo then.
+    (void)nrtPopCorrelationId();
+  }
+
   void setRecording(bool on) {
     NEURON_WARN_IF_ERROR(nrtActivityEnable(on ? 1 : 0));
     recording_ = on;
