@@ -3,9 +3,9 @@
     python bench/bench_profiler.py [--steps 10 --repeats 5]
 
 Times one training step of examples/train_gpt.py's GPT on `neuron` (forward,
-backward, AdamW with its default foreach implementation, a cosine LambdaLR
-schedule, then a device synchronize) three ways, interleaved repeat by repeat
-so all three see the same machine load:
+backward, the demo's optimizer: default AdamW (foreach) with its warm-up +
+cosine LambdaLR schedule, then a device synchronize) three ways, interleaved
+repeat by repeat so all three see the same machine load:
   plain         no profiler
   cpu           torch.profiler with ProfilerActivity.CPU only
   cpu+neuron    ... and ProfilerActivity.PrivateUse1 (the device timeline)
@@ -17,7 +17,6 @@ time what the profiler adds. Trace processing after the run (profile exit) is
 timed apart. The load average is printed before and after.
 """
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -27,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-from train_gpt import GPT, batches, load_corpus  # noqa: E402
+from train_gpt import GPT, batches, load_corpus, make_optimizer  # noqa: E402
 
 MODES = {
     "plain": None,
@@ -39,10 +38,8 @@ MODES = {
 def make_run(data, vocab, args):
     torch.manual_seed(0)
     model = GPT(vocab, args.block).to("neuron")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)  # foreach by default
-    total = 10_000
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
+    # The demo's own: default AdamW (foreach) and its warm-up + cosine LambdaLR.
+    opt, sched = make_optimizer(model, 1e-3, 10_000)
     batch_list = [(x.to("neuron"), y.to("neuron"))
                   for x, y in batches(data, args.steps, args.batch, args.block, 0)]
 
