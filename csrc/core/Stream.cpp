@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace torchneuron {
@@ -22,6 +23,22 @@ struct DeviceStreams {
   std::array<std::array<nrtStream_t, kStreamsPerPool>, kMaxPriorityLevels> pool{};
   std::array<std::atomic<uint32_t>, kMaxPriorityLevels> next{};
 };
+
+// Handle -> c10 stream id of every stream made below. Written once per stream
+// at creation, read by tools after the fact; handles are never reused (they
+// carry a generation), so entries never go stale in a way that matters.
+std::mutex& handleIdsMutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_map<nrtStream_t, c10::StreamId>& handleIds() {
+  static std::unordered_map<nrtStream_t, c10::StreamId> ids;
+  return ids;
+}
+void noteHandleId(nrtStream_t handle, c10::StreamId id) {
+  std::lock_guard<std::mutex> lock(handleIdsMutex());
+  handleIds()[handle] = id;
+}
 
 std::vector<std::unique_ptr<DeviceStreams>>& allDevices() {
   static std::vector<std::unique_ptr<DeviceStreams>> devices = [] {
@@ -40,6 +57,7 @@ DeviceStreams& deviceStreams(c10::DeviceIndex device) {
   std::call_once(ds.default_once, [&ds, device] {
     lazyInit();
     NEURON_CHECK(nrtStreamGetDefault(&ds.default_stream, device));
+    noteHandleId(ds.default_stream, 0);
     const auto& props = deviceProperties(device);
     ds.least = props.streamPriorityLeast;
     ds.greatest = std::min(props.streamPriorityGreatest, props.streamPriorityLeast);
@@ -58,8 +76,9 @@ nrtStream_t poolStream(DeviceStreams& ds, c10::DeviceIndex device, int level, in
     // Priority of this level: least, least-1, ...; the last level takes the
     // greatest priority so that every level is reachable.
     const int prio = level == ds.levels - 1 ? ds.greatest : ds.least - level;
-    for (auto& s : ds.pool[level]) {
-      NEURON_CHECK(nrtStreamCreate(&s, device, prio));
+    for (int slot = 0; slot < kStreamsPerPool; ++slot) {
+      NEURON_CHECK(nrtStreamCreate(&ds.pool[level][slot], device, prio));
+      noteHandleId(ds.pool[level][slot], 1 + level * kStreamsPerPool + slot);
     }
   });
   return ds.pool[level][slot];
@@ -146,6 +165,12 @@ NeuronStream getStreamFromPool(int priority, c10::DeviceIndex device) {
 std::pair<int, int> priorityRange(c10::DeviceIndex device) {
   auto& ds = deviceStreams(resolveDevice(device));
   return {ds.least, ds.greatest};
+}
+
+c10::StreamId streamIdOfHandle(nrtStream_t handle) {
+  std::lock_guard<std::mutex> lock(handleIdsMutex());
+  const auto it = handleIds().find(handle);
+  return it == handleIds().end() ? -1 : it->second;
 }
 
 }  // namespace torchneuron

@@ -53,5 +53,9 @@ void setCurrentStream(const NeuronStream& stream);
 NeuronStream getStreamFromPool(int priority, c10::DeviceIndex device = -1);
 // Range of priorities a device accepts: {least (e.g. 0), greatest (e.g. -1)}.
 std::pair<int, int> priorityRange(c10::DeviceIndex device);
+// The c10 stream id behind a runtime stream handle this backend made (a
+// default or pool stream), or -1 for any other handle. Tools that read the
+// runtime's records (the profiler) use it to name lanes as torch names streams.
+c10::StreamId streamIdOfHandle(nrtStream_t handle);
 
 }  // namespace torchneuron

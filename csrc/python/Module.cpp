@@ -22,6 +22,7 @@ bool allocationRedirectInstalled();
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -184,6 +185,20 @@ PYBIND11_MODULE(_C, m) {
     nrtPointerAttributes attr{};
     NEURON_CHECK(nrtPointerGetAttributes(&attr, reinterpret_cast<void*>(p)));
     return attr.type == nrtMemoryTypeHost;
+  });
+  // Testing aid: takes (and discards) the runtime's pending activity records
+  // and says how many there were. Outside a profiling session there must be
+  // none: recording is off.
+  m.def("_drain_activity_records", [] {
+    lazyInit();
+    std::vector<nrtActivityRecord> records(1024);
+    size_t total = 0;
+    size_t count = 0;
+    do {
+      NEURON_CHECK(nrtActivityDrain(records.data(), records.size(), &count, nullptr));
+      total += count;
+    } while (count == records.size());
+    return total;
   });
   m.def("_pointer_device", [](uintptr_t p) {
     nrtPointerAttributes attr{};
