@@ -290,6 +290,11 @@ def run_op(op, dtypes, checks, max_samples):
     name = op_name(op)
     supported = op.supported_dtypes("cpu")
     backward_dtypes = op.supported_backward_dtypes("cpu") if op.supports_autograd else ()
+    if not any(getattr(torch, d) in supported for d in dtypes):
+        # (an OpInfo for other devices only, e.g. batch_norm.without_cudnn)
+        yield {"op": name, "dtype": "-", "check": "forward", "status": "skip",
+               "detail": f"none of the dtypes asked for is supported on CPU "
+                         f"({sorted(str(d).replace('torch.', '') for d in supported)})"}
     for dname in dtypes:
         dtype = getattr(torch, dname)
         if dtype not in supported:
