@@ -102,10 +102,20 @@ def test_random_ops_same_on_both_paths(both_paths):
         x = torch.ones(1000, device="neuron")
         return F.dropout(x, 0.5).cpu(), torch.rand(10, device="neuron").cpu()
 
+    def paths():
+        p = torchneuron.get_op_paths()
+        return {op: p[op]["async"] and not p[op]["fallback"]
+                for op in ("aten::bernoulli_.float", "aten::uniform_")}
+
     torchneuron._C._set_async_path(True)
+    torchneuron.clear_op_tracking()
     a = draw()
+    # The two runs really took different paths (else this compares a run with itself).
+    assert paths() == {"aten::bernoulli_.float": True, "aten::uniform_": True}
     torchneuron._C._set_async_path(False)
+    torchneuron.clear_op_tracking()
     b = draw()
+    assert paths() == {"aten::bernoulli_.float": False, "aten::uniform_": False}
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
