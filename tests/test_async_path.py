@@ -171,7 +171,7 @@ def test_meta_kernels_that_disagree_with_cpu_give_cpus_results(case):
     expected = fn(*args)
     dev = [a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args]
     for _ in range(3):
-        assert_same(fn(*dev), expected, rtol=0, atol=0)
+        assert_same(fn(*dev), expected)
 
 
 def test_inplace_op_cannot_grow_self_by_broadcasting():
@@ -192,4 +192,4 @@ def test_batch_norm_training_on_a_non_contiguous_input():
     nx.copy_(x.to("neuron"))
     for _ in range(2):
         got = torch.ops.aten.native_batch_norm(nx, None, None, None, None, True, 0.1, 1e-5)
-        assert_same(got, expected, rtol=0, atol=0)
+        assert_same(got, expected)
