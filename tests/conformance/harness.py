@@ -438,6 +438,10 @@ def merge(paths, all_names, expected, path=None):
             if r["status"] == "xfail":
                 r["status"] = r.pop("raw_status")
                 r.pop("reason", None)
+        names = set(rep["meta"]["names"])
+        stray = sorted({r["op"] for r in rep["records"]} - names)
+        if stray:
+            raise SystemExit(f"{p} has records of items outside its shard: {stray[:10]}")
         records += rep["records"]
         seen += rep["meta"]["names"]
         walls.append(rep["meta"].get("wall_s", 0.0))

@@ -103,6 +103,30 @@ def _asks_for_cpu(s):
                if isinstance(v, (torch.device, str)))
 
 
+def _involves_neuron(s):
+    """Whether a sample has a neuron tensor or asks for the neuron device
+    (a factory sample such as linspace(1, 3, 1) without a device runs on CPU
+    on both sides and tests nothing)."""
+    import torch
+
+    def on_neuron(v):
+        if isinstance(v, torch.Tensor):
+            return v.device.type == "neuron"
+        if isinstance(v, torch.device):
+            return v.type == "neuron"
+        if isinstance(v, str):
+            return v.split(":")[0] == "neuron"
+        if isinstance(v, (list, tuple)):
+            return any(on_neuron(x) for x in v)
+        if isinstance(v, dict):
+            return any(on_neuron(x) for x in v.values())
+        return False
+    return on_neuron([s.input, list(s.args), s.kwargs])
+
+
+NO_NEURON = "the sample has no neuron tensor or device (it runs on CPU on both sides)"
+
+
 def _call(fn, s, **extra):
     return fn(s.input, *s.args, **s.kwargs, **extra)
 
@@ -135,6 +159,9 @@ def check_forward(fn, samples, noncontiguous=False):
     each sample's result on neuron against its CPU twin's."""
     check = harness.Check()
     for i, ns in samples:
+        if not _involves_neuron(ns):
+            check.skip(NO_NEURON)
+            continue
         cs = _cpu_twin(ns)
         if noncontiguous:
             ns, cs = ns.noncontiguous(), cs.noncontiguous()
@@ -166,6 +193,9 @@ def check_out(fn, samples):
     import torch
     check = harness.Check()
     for i, ns in samples:
+        if not _involves_neuron(ns):
+            check.skip(NO_NEURON)
+            continue
         cs = _cpu_twin(ns)
         try:
             ref = _call(fn, cs)
@@ -211,6 +241,9 @@ def check_backward(op, samples):
     import torch
     check = harness.Check()
     for i, ns in samples:
+        if not _involves_neuron(ns):
+            check.skip(NO_NEURON)
+            continue
         ns = ns.transform(lambda t: t.detach().requires_grad_(t.requires_grad)
                           if isinstance(t, torch.Tensor) else t)
         cs = _cpu_twin(ns, leaf=True)
@@ -396,9 +429,14 @@ def expand(names, known=None):
 def run(names, dtypes=DTYPES, checks=CHECKS, max_samples=None, chunk=40):
     """Runs ops (see expand) in workers; returns the records (crashes
     included). max_samples: the first n samples of each op (None: all)."""
+    return run_exact(expand(names), dtypes, checks, max_samples, chunk)
+
+
+def run_exact(names, dtypes=DTYPES, checks=CHECKS, max_samples=None, chunk=40):
+    """run() for exact OpInfo names (no variants added)."""
     args = ["--dtypes", ",".join(dtypes), "--checks", ",".join(checks),
             "--max-samples", str(max_samples or 0)]
-    return harness.run_workers(__file__, expand(names), args, chunk)
+    return harness.run_workers(__file__, names, args, chunk)
 
 
 def load_expected():
@@ -429,7 +467,7 @@ def main():
     if args.merge:
         return harness.merge(harness.shard_paths(args.merge), names, load_expected(), args.report)
     names = harness.shard(names, args.shard)
-    records, wall = harness.timed(lambda: run(names, dtypes, checks, args.max_samples))
+    records, wall = harness.timed(lambda: run_exact(names, dtypes, checks, args.max_samples))
     meta = {"names": names, "shard": args.shard or "1/1", "wall_s": round(wall, 1),
             "dtypes": dtypes, "checks": checks, "max_samples": args.max_samples}
     print(f"opinfo: {len(names)} ops in {wall:.0f} s")
