@@ -29,7 +29,7 @@ import time
 
 # Per record (one check of one item over all its samples): a hang is a bug,
 # recorded as a crash.
-ALARM_S = 300
+ALARM_S = 600
 STATUSES = ("pass", "both-raised", "fail", "xfail", "skip", "crash")
 
 

@@ -1,23 +1,31 @@
 """OpInfo conformance: every op in PyTorch's own op_db, run on `neuron` and on
 CPU with the same samples, compared.
 
-    python tests/conformance/opinfo.py                  # everything (make conformance)
+    python tests/conformance/opinfo.py                  # everything, every sample
     python tests/conformance/opinfo.py --names add,mm   # some ops (and their variants)
     python tests/conformance/opinfo.py --checks forward,backward --dtypes float32
+    python tests/conformance/opinfo.py --shard 2/4 --report s2.json   # a quarter of the ops
+    python tests/conformance/opinfo.py --merge 's*.json' --report all.json
 
-Checks per (op, dtype), each over the op's samples (made on neuron, as
-PyTorch's device tests do, and copied to CPU for the reference):
-  forward        the op's results equal CPU's, bitwise (NaNs equal)
+Checks per (op, dtype), each over every sample of the op (made on neuron, as
+PyTorch's device tests do, and copied to CPU as the same views for the
+reference; --max-samples n takes the first n):
+  forward        the op's results equal CPU's (harness.compare: dtype, shape,
+                 strides of dimensions of length > 1, and every element's bits)
   noncontiguous  the same with every tensor argument made non-contiguous
-  out            the out= variant writes the result into the given tensors
-                 and keeps their storage
+  out            the out= variant writes the result into the given tensors,
+                 keeps their storage and returns them as CPU does
   inplace        the in-place variant
   backward       gradients of every differentiable input (floating and complex
-                 dtypes) for the same grad_outputs
-A sample that raises on CPU must raise the same exception type on neuron.
-Random ops and ops returning uninitialised memory are skipped with a reason.
-Workers, crash isolation and the report: harness.py. Expected failures:
-expected_failures.txt.
+                 dtypes) for the same seeded grad_outputs
+A sample that raises on CPU must raise the same exception type with the same
+message on neuron (harness.compare_errors). A check passes when at least one
+sample's results were compared and all were equal; when every sample that ran
+raised alike on both devices it is `both-raised`; when none ran, `skip` with
+the reasons. Random ops (RANDOM_OPS, by exact name), samples that ask for
+dropout, ops returning uninitialised memory and samples without a neuron
+tensor or device are skipped with a reason. Workers, crash isolation, shards
+and the report: harness.py. Expected failures: expected_failures.txt.
 """
 import argparse
 import os
@@ -266,6 +274,10 @@ def check_backward(op, samples):
             continue
         if outcome == "ran" and expected is None and actual is None:
             check.skip("no differentiable output or no input requiring grad")
+            continue
+        if outcome == "ran" and expected is not None and actual is not None \
+                and all(g is None for g in expected) and all(g is None for g in actual):
+            check.skip("no gradient reached an input (on either device)")
             continue
         reason = outcome if outcome != "ran" else \
             harness.compare(actual, expected, allow_cpu=_asks_for_cpu(ns))
