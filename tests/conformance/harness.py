@@ -156,9 +156,11 @@ def compare(actual, expected, allow_cpu=False):
             return f"sparse values: {r}" if r else None
         if a.layout != torch.strided or e.layout != torch.strided:
             return f"layout {a.layout} vs {e.layout}"
-        if (a.is_conj(), a.is_neg()) != (e.is_conj(), e.is_neg()):
-            return f"conj/neg bits {(a.is_conj(), a.is_neg())} vs {(e.is_conj(), e.is_neg())}"
-        # The strides of the neuron tensor itself (the copy to CPU keeps them).
+        # The conjugate and negative bits and the strides of the neuron tensor
+        # itself (its copy to CPU resolves the bits and may lay it out anew).
+        bits_a, bits_e = (actual.is_conj(), actual.is_neg()), (e.is_conj(), e.is_neg())
+        if bits_a != bits_e:
+            return f"conj/neg bits {bits_a} vs {bits_e}"
         sa, se = significant_strides(actual), significant_strides(e)
         if sa != se:
             return f"strides {tuple(actual.stride())} vs {tuple(e.stride())} (shape {tuple(e.shape)})"
