@@ -34,8 +34,12 @@ STATUSES = ("pass", "both-raised", "fail", "xfail", "skip", "crash")
 
 
 def load_expected(path):
-    """{(name, dtype, check): reason} from an expected-failures file; every
-    entry must give a reason (after two spaces)."""
+    """{(name, dtype, check): (reason, samples)} from an expected-failures
+    file, one entry a line: `name dtype check[ samples=i,j,...]  reason`.
+    With samples=, exactly those samples (their indices in the op's
+    sample_inputs) must fail, so the entry hides nothing else in the check;
+    without, any failure of the check is expected. Every entry must give a
+    reason (after two spaces)."""
     out = {}
     if not os.path.exists(path):
         return out
@@ -44,10 +48,14 @@ def load_expected(path):
         if not line or line.startswith("#"):
             continue
         key, _, reason = line.partition("  ")
-        name, dtype, check = key.split()
+        name, dtype, check, *rest = key.split()
+        samples = None
+        if rest:
+            assert len(rest) == 1 and rest[0].startswith("samples="), f"bad entry: {line}"
+            samples = frozenset(int(i) for i in rest[0][len("samples="):].split(","))
         assert reason.strip(), f"expected failure without a reason: {line}"
         assert (name, dtype, check) not in out, f"expected failure listed twice: {line}"
-        out[(name, dtype, check)] = reason.strip()
+        out[(name, dtype, check)] = (reason.strip(), samples)
     return out
 
 
@@ -255,6 +263,7 @@ class Check:
         self.skipped = {}     # reason -> count
         self.failure = None   # the first failing sample's reason
         self.error = None     # the first error raised on both, for the report
+        self.failed_samples = []  # indices of the failing samples (or what failed)
 
     def ok(self):
         self.compared += 1
@@ -268,8 +277,12 @@ class Check:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
 
     def fail(self, desc, reason):
+        """A failing sample; desc starts with "sample <index>" when it is one
+        (the checks go on with the other samples)."""
         if self.failure is None:
             self.failure = f"{desc}: {reason}"[:400]
+        m = re.match(r"sample (\d+)", desc)
+        self.failed_samples.append(int(m.group(1)) if m else desc)
 
     @property
     def failed(self):
@@ -280,7 +293,11 @@ class Check:
         raised = (f"{self.raised} raised the same error on both"
                   + (f" (first: {self.error})" if self.error else "")) if self.raised else ""
         if self.failure is not None:
-            status, detail = "fail", self.failure
+            n = len(self.failed_samples)
+            status, detail = "fail", self.failure + (f" [{n} samples fail]" if n > 1 else "")
+            return {**base, "check": check, "status": status, "detail": detail[:500],
+                    "failed_samples": sorted(i for i in self.failed_samples if isinstance(i, int))
+                    + [d for d in self.failed_samples if not isinstance(d, int)]}
         elif self.compared:
             status = "pass"
             detail = "; ".join(x for x in (f"{self.compared} compared", raised, skipped) if x)
@@ -374,8 +391,13 @@ def summarize(records, expected):
     for r in records:
         key = (r["op"], r["dtype"], r["check"])
         if r["status"] in ("fail", "crash") and key in expected:
-            # (raw_status: what the check gave, for merging shard reports)
-            r["raw_status"], r["status"], r["reason"] = r["status"], "xfail", expected[key]
+            reason, samples = expected[key]
+            failed = set(r.get("failed_samples", []))
+            if samples is None or failed == samples:
+                # (raw_status: what the check gave, for merging shard reports)
+                r["raw_status"], r["status"], r["reason"] = r["status"], "xfail", reason
+            elif "expected" not in r:
+                r["expected"] = f"expected to fail in samples {sorted(samples)} only: {reason}"
         counts[r["status"]] += 1
         if r["status"] in ("fail", "crash"):
             unexpected.append(r)
@@ -418,7 +440,9 @@ def report(records, expected, path=None, meta=None, quiet=False):
                        "records": records}, f, indent=1)
     if not quiet:
         for r in unexpected:
-            print(f"{r['status'].upper():5} {r['op']} {r['dtype']} {r['check']}: {r['detail']}")
+            print(f"{r['status'].upper():5} {r['op']} {r['dtype']} {r['check']}: {r['detail']}"
+                  + (f" (failing samples {r['failed_samples']}; {r['expected']})"
+                     if "expected" in r else ""))
         for k in stale:
             print(f"STALE {' '.join(k)}: does not fail now; remove it from the expected-failures file")
         for check, c in counts_by_check(records).items():

@@ -181,7 +181,7 @@ def check_forward(fn, samples, noncontiguous=False):
             harness.compare(actual, expected, allow_cpu=_asks_for_cpu(ns))
         if reason:
             check.fail(f"sample {i}", reason)
-            break
+            continue
         check.ok()
     return check
 
@@ -226,19 +226,19 @@ def check_out(fn, samples):
             continue
         if outcome != "ran":
             check.fail(f"sample {i}", outcome)
-            break
+            continue
         if any(p is not None and p != t.untyped_storage().data_ptr()
                for p, t in zip(ptrs, _tensors(out_n))):
             check.fail(f"sample {i}", "out= tensors got new storage")
-            break
+            continue
         if [a is b for a, b in zip(_tensors(actual), _tensors(out_n))] != \
                 [a is b for a, b in zip(_tensors(expected), _tensors(out_c))]:
             check.fail(f"sample {i}", "the op did not return its out= tensors as on CPU")
-            break
+            continue
         reason = harness.compare(out_n, out_c) or harness.compare(actual, expected)
         if reason:
             check.fail(f"sample {i}", reason)
-            break
+            continue
         check.ok()
     return check
 
@@ -283,7 +283,7 @@ def check_backward(op, samples):
             harness.compare(actual, expected, allow_cpu=_asks_for_cpu(ns))
         if reason:
             check.fail(f"sample {i}", reason)
-            break
+            continue
         check.ok()
     return check
 
