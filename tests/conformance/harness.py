@@ -264,6 +264,7 @@ class Check:
         self.failure = None   # the first failing sample's reason
         self.error = None     # the first error raised on both, for the report
         self.failed_samples = []  # indices of the failing samples (or what failed)
+        self.failures = []        # each failing sample's reason (the first 100)
 
     def ok(self):
         self.compared += 1
@@ -283,6 +284,8 @@ class Check:
             self.failure = f"{desc}: {reason}"[:400]
         m = re.match(r"sample (\d+)", desc)
         self.failed_samples.append(int(m.group(1)) if m else desc)
+        if len(self.failures) < 100:
+            self.failures.append(f"{desc}: {reason}"[:240])
 
     @property
     def failed(self):
@@ -297,7 +300,8 @@ class Check:
             status, detail = "fail", self.failure + (f" [{n} samples fail]" if n > 1 else "")
             return {**base, "check": check, "status": status, "detail": detail[:500],
                     "failed_samples": sorted(i for i in self.failed_samples if isinstance(i, int))
-                    + [d for d in self.failed_samples if not isinstance(d, int)]}
+                    + [d for d in self.failed_samples if not isinstance(d, int)],
+                    "failures": self.failures}
         elif self.compared:
             status = "pass"
             detail = "; ".join(x for x in (f"{self.compared} compared", raised, skipped) if x)
