@@ -215,15 +215,19 @@ def compare(actual, expected, allow_cpu=False):
 #     cpu" / "expected device neuron:0");
 #   - the dispatch key the call went through, named after the backend: "CPU" /
 #     "PrivateUse1", also as the suffix of the per-backend keys ("SparseCPU",
-#     "AutogradCPU", "QuantizedCPU", "NestedTensorCPU" / "...PrivateUse1").
+#     "AutogradCPU", "QuantizedCPU", "NestedTensorCPU" / "...PrivateUse1");
+#   - a tensor's repr inside a message (an argument list, say): it ends in
+#     ", device='neuron:0'" for a neuron tensor and has no device for a CPU
+#     tensor, so that suffix is dropped.
 # Both sides are rewritten to the same placeholder; the rest of the message
 # must match exactly (whitespace included).
 _DEVICE = re.compile(r"\b(?:cpu|neuron)(?::\d+)?\b")
 _KEY = re.compile(r"\b(Sparse|SparseCsr|Autograd|Quantized|NestedTensor|)(?:CPU|PrivateUse1)\b")
+_REPR_DEVICE = ", device='<device>'"
 
 
 def normalise_message(msg):
-    return _KEY.sub(r"\1<backend>", _DEVICE.sub("<device>", msg))
+    return _KEY.sub(r"\1<backend>", _DEVICE.sub("<device>", msg)).replace(_REPR_DEVICE, "")
 
 
 def first_line(e):
