@@ -99,13 +99,27 @@ ifneq ($(BACKEND),)
 	$(PYTHON) tests/reliability/run.py --report build/reliability.json
 endif
 
-# Every OpInfo (op_db) and ModuleInfo (module_db) on neuron vs CPU; reports in
-# build/conformance.json and build/modules.json. Both suites run even if the first fails.
+# Every OpInfo (op_db) and ModuleInfo (module_db) on neuron vs CPU, every
+# sample; reports in build/conformance.json and build/modules.json. Each suite
+# runs as SHARDS shards in parallel (--shard i/n), merged into one report that
+# must cover every op and module; both suites run even if the first fails.
+SHARDS ?= $(JOBS)
 conformance: backend
-	@mkdir -p build
-	@status=0; \
-	$(PYTHON) tests/conformance/opinfo.py --report build/conformance.json || status=1; \
-	$(PYTHON) tests/conformance/modules.py --report build/modules.json || status=1; \
+	@mkdir -p build/shards
+	@rm -f build/shards/opinfo-*.json build/shards/modules-*.json
+	@status=0; start=$$(date +%s); \
+	for suite in opinfo modules; do \
+	  for i in $$(seq 1 $(SHARDS)); do \
+	    $(PYTHON) tests/conformance/$$suite.py --shard $$i/$(SHARDS) --quiet \
+	      --report build/shards/$$suite-$$i.json & \
+	  done; \
+	  wait; \
+	done; \
+	$(PYTHON) tests/conformance/opinfo.py --merge 'build/shards/opinfo-*.json' \
+	  --report build/conformance.json || status=1; \
+	$(PYTHON) tests/conformance/modules.py --merge 'build/shards/modules-*.json' \
+	  --report build/modules.json || status=1; \
+	echo "conformance: $$(( $$(date +%s) - start )) s with $(SHARDS) shards per suite"; \
 	exit $$status
 
 bench: build

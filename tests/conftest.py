@@ -10,6 +10,9 @@ import textwrap
 import pytest
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "conformance"))
+import harness  # noqa: E402
+
 import torchneuron  # noqa: F401  (explicit: also loaded by torch's autoload)
 
 NEURON = torch.device("neuron")
@@ -58,13 +61,11 @@ def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subpro
     )
 
 
-def assert_same(neuron_result, cpu_result, **kw):
-    """neuron_result must be on neuron and equal (or close) to cpu_result."""
-    if isinstance(cpu_result, (tuple, list)):
-        assert len(neuron_result) == len(cpu_result)
-        for n, c in zip(neuron_result, cpu_result):
-            assert_same(n, c, **kw)
-        return
-    assert isinstance(neuron_result, torch.Tensor)
-    assert neuron_result.device.type == "neuron", neuron_result.device
-    torch.testing.assert_close(neuron_result.cpu(), cpu_result, **kw)
+def assert_same(neuron_result, cpu_result):
+    """neuron_result must be on neuron and be cpu_result exactly, as the
+    conformance suites compare (tests/conformance/harness.py compare): the
+    same dtype, shape and strides (of dimensions of length > 1) and the same
+    bits in every element (-0.0 is not +0.0; NaNs equal); sequences element
+    by element."""
+    reason = harness.compare(neuron_result, cpu_result)
+    assert reason is None, reason

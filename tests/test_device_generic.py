@@ -26,18 +26,29 @@ NAMES = {"add", "mul", "div", "exp", "tanh", "sum", "mean", "mm", "matmul", "sof
 OPS = [o for o in op_db if o.name in NAMES]
 
 
+def _first(samples, n=4):
+    """The first n samples as opinfo's checks take them: [(index, sample)]."""
+    return list(enumerate(samples))[:n]
+
+
 class TestNeuronMatchesCpu(TestCase):
+    def assertCompared(self, check):
+        """A check passed: no sample failed and at least one sample's results
+        were compared (not only errors raised on both devices)."""
+        self.assertIsNone(check.failure)
+        self.assertGreater(check.compared, 0, check.record({}, "")["detail"])
+
     @ops(OPS, allowed_dtypes=(torch.float32, torch.bfloat16))
     def test_forward(self, device, dtype, op):
         self.assertEqual(torch.device(device).type, "neuron")
-        samples = list(op.sample_inputs(device, dtype))[:4]
-        self.assertIsNone(opinfo.check_forward(op.op, samples))
-        self.assertIsNone(opinfo.check_forward(op.op, samples, noncontiguous=True))
+        samples = _first(op.sample_inputs(device, dtype))
+        self.assertCompared(opinfo.check_forward(op.op, samples))
+        self.assertCompared(opinfo.check_forward(op.op, samples, noncontiguous=True))
 
     @ops([o for o in OPS if o.supports_autograd], allowed_dtypes=(torch.float32,))
     def test_backward(self, device, dtype, op):
-        samples = list(op.sample_inputs(device, dtype, requires_grad=True))[:4]
-        self.assertIn(opinfo.check_backward(op, samples), (None, "skip"))
+        samples = _first(op.sample_inputs(device, dtype, requires_grad=True))
+        self.assertCompared(opinfo.check_backward(op, samples))
 
 
 instantiate_device_type_tests(TestNeuronMatchesCpu, globals(), only_for=("privateuse1",))

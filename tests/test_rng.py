@@ -114,10 +114,30 @@ def test_fork_rng_restores_neuron_state():
     assert torch.equal(torch.neuron.get_rng_state(), before)
 
 
+def _seed_and_offset(device=None):
+    return torch.neuron.get_rng_state(device if device is not None else "neuron").view(torch.int64).tolist()
+
+
 def test_seed_and_seed_all():
+    # seed(): a non-deterministic seed (53 random bits, as CUDA's) that is the
+    # generator's real seed: initial_seed() reports it, the state starts at
+    # offset 0, and manual_seed with it replays the same draws.
     torch.neuron.seed()
     s = torch.neuron.initial_seed()
+    assert _seed_and_offset() == [s, 0]
+    a = _draw()
+    torch.neuron.manual_seed(s)
+    assert torch.equal(_draw(), a)
+    # A second seed() draws a new one (equal with probability 2**-53).
+    torch.neuron.seed()
+    s2 = torch.neuron.initial_seed()
+    assert s2 != s and _seed_and_offset() == [s2, 0]
+    # seed_all(): one new random seed on every device.
+    torch.neuron.manual_seed_all(5)
     torch.neuron.seed_all()
-    assert torch.neuron.initial_seed() != s or True  # random, just exercising the path
+    seeds = [_seed_and_offset(i) for i in range(torch.neuron.device_count())]
+    assert seeds[0][0] not in (5, s, s2)
+    assert seeds == [[seeds[0][0], 0]] * torch.neuron.device_count()
+    assert torch.neuron.initial_seed() == seeds[0][0]
     with pytest.raises(RuntimeError):
         torch.neuron.set_rng_state(torch.zeros(3, dtype=torch.uint8))

@@ -75,13 +75,13 @@ def test_to_sparse_from_dense_neuron(dtype):
 def test_to_dense_coalesce_and_accessors():
     c = sample(1)
     n = c.to(NEURON)
-    assert_same(n.to_dense(), c.to_dense(), **EXACT)
+    assert_same(n.to_dense(), c.to_dense())
     assert_sparse_same(n.coalesce(), c.coalesce())
     nc, cc = n.coalesce(), c.coalesce()
-    assert_same(nc.indices(), cc.indices(), **EXACT)
-    assert_same(nc.values(), cc.values(), **EXACT)
-    assert_same(n._indices(), c._indices(), **EXACT)
-    assert_same(n._values(), c._values(), **EXACT)
+    assert_same(nc.indices(), cc.indices())
+    assert_same(nc.values(), cc.values())
+    assert_same(n._indices(), c._indices())
+    assert_same(n._values(), c._values())
     assert n._nnz() == c._nnz() and nc._nnz() == cc._nnz()
     with pytest.raises(RuntimeError, match="coalesced"):
         n.indices()  # as on CPU: uncoalesced tensors have no indices()
@@ -109,11 +109,11 @@ def test_add_mul_of_sparse_tensors():
     assert_sparse_same(torch.add(na, nb, alpha=-0.5), torch.add(a, b, alpha=-0.5))
     # sparse + dense -> dense, dense += sparse
     d = torch.randn(4, 5)
-    assert_same(d.to(NEURON) + na, d + a, **EXACT)
+    assert_same(d.to(NEURON) + na, d + a)
     nd, cd = d.to(NEURON), d.clone()
     nd.add_(na, alpha=2.0)
     cd.add_(a, alpha=2.0)
-    assert_same(nd, cd, **EXACT)
+    assert_same(nd, cd)
 
 
 def test_in_place_on_sparse_neuron():
@@ -131,11 +131,11 @@ def test_sparse_times_dense():
     s = sample(seed=5)
     d = torch.randn(5, 7)
     ns, nd = s.to(NEURON), d.to(NEURON)
-    assert_same(torch.sparse.mm(ns, nd), torch.sparse.mm(s, d), **EXACT)
-    assert_same(torch.mm(ns, nd), torch.mm(s, d), **EXACT)
-    assert_same(ns @ nd, s @ d, **EXACT)
+    assert_same(torch.sparse.mm(ns, nd), torch.sparse.mm(s, d))
+    assert_same(torch.mm(ns, nd), torch.mm(s, d))
+    assert_same(ns @ nd, s @ d)
     bias = torch.randn(4, 7)
-    assert_same(torch.addmm(bias.to(NEURON), ns, nd), torch.addmm(bias, s, d), **EXACT)
+    assert_same(torch.addmm(bias.to(NEURON), ns, nd), torch.addmm(bias, s, d))
     # sparse @ sparse -> sparse
     t = sample(seed=6).t().coalesce()
     assert_sparse_same(torch.sparse.mm(ns, t.to(NEURON)), torch.sparse.mm(s, t))
@@ -144,9 +144,9 @@ def test_sparse_times_dense():
 def test_sparse_sum():
     c = sample(1, seed=7)
     n = c.to(NEURON)
-    assert_same(torch.sparse.sum(n), torch.sparse.sum(c), **EXACT)
+    assert_same(torch.sparse.sum(n), torch.sparse.sum(c))
     assert_sparse_same(torch.sparse.sum(n, dim=0), torch.sparse.sum(c, dim=0))
-    assert_same(torch.sparse.sum(n, dim=(0, 1)), torch.sparse.sum(c, dim=(0, 1)), **EXACT)
+    assert_same(torch.sparse.sum(n, dim=(0, 1)), torch.sparse.sum(c, dim=(0, 1)))
 
 
 # --- autograd ---------------------------------------------------------------
@@ -161,7 +161,7 @@ def test_backward_through_to_sparse():
         y = torch.sparse.mm(x.to_sparse(), w.to(dev))
         (y * y).sum().backward()
         grads.append(x.grad)
-    assert_same(grads[1], grads[0], **EXACT)
+    assert_same(grads[1], grads[0])
 
 
 def test_sparse_mm_and_sum_gradients():
@@ -178,8 +178,8 @@ def test_sparse_mm_and_sum_gradients():
     (ga_n, gb_n, l_n), (ga_c, gb_c, l_c) = results[1], results[0]
     assert ga_c.layout == torch.sparse_coo
     assert_sparse_same(ga_n, ga_c)
-    assert_same(gb_n, gb_c, **EXACT)
-    assert_same(l_n, l_c, **EXACT)
+    assert_same(gb_n, gb_c)
+    assert_same(l_n, l_c)
 
 
 def test_sparse_embedding_training_matches_cpu():
@@ -195,7 +195,7 @@ def test_sparse_embedding_training_matches_cpu():
         idx = idx.clamp(max=19)
         out_c = cpu_emb(idx)
         out_n = dev_emb(idx.to(NEURON))
-        assert_same(out_n, out_c, **EXACT)
+        assert_same(out_n, out_c)
         opt_c.zero_grad()
         opt_n.zero_grad()
         (out_c.pow(2).sum()).backward()
@@ -204,7 +204,7 @@ def test_sparse_embedding_training_matches_cpu():
         assert_sparse_same(dev_emb.weight.grad, cpu_emb.weight.grad)
         opt_c.step()
         opt_n.step()
-        assert_same(dev_emb.weight.detach(), cpu_emb.weight.detach(), **EXACT)
+        assert_same(dev_emb.weight.detach(), cpu_emb.weight.detach())
 
 
 # --- errors -----------------------------------------------------------------

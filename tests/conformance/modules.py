@@ -4,6 +4,8 @@
     python tests/conformance/modules.py                              # everything
     python tests/conformance/modules.py --names nn.Linear,nn.Conv2d  # some modules
     python tests/conformance/modules.py --dtypes float32 --max-samples 4 --report out.json
+    python tests/conformance/modules.py --shard 1/2 --report m1.json   # half the modules
+    python tests/conformance/modules.py --merge 'm*.json' --report modules.json
 
 For each module, each dtype its ModuleInfo lists (module_info.dtypes) and each
 mode (train, eval), every ModuleInput from its module_inputs_func is run:
@@ -17,7 +19,9 @@ mode (train, eval), every ModuleInput from its module_inputs_func is run:
 - the inputs are made once on CPU and copied to neuron as fresh leaves with
   the same requires_grad;
 - `forward_<mode>`: the outputs, and then every buffer (BatchNorm's running
-  stats), must be bitwise equal to CPU's (NaNs equal);
+  stats), must equal CPU's as harness.compare has it (dtype, shape, strides
+  of dimensions of length > 1, every element's bits: -0.0 is not +0.0, NaNs
+  equal);
 - `backward_<mode>`: a grad_output drawn on CPU from a seeded generator for
   each differentiable output, torch.autograd.backward on both, then every
   input's .grad and every parameter's .grad must be bitwise equal;
@@ -25,10 +29,13 @@ mode (train, eval), every ModuleInput from its module_inputs_func is run:
   detached inputs (the fast paths PyTorch takes only without autograd, e.g.
   MultiheadAttention's fused kernel), bitwise.
 
-A sample that raises on CPU must raise the same exception type on neuron.
-Samples that draw random numbers (dropout in train mode, ...) are skipped with
-a reason: the devices draw from different generators. A check whose samples
-were all skipped is `skip` with the reasons; nothing is dropped silently.
+A sample that raises on CPU must raise the same exception type with the same
+message on neuron (harness.compare_errors). A check passes when at least one
+sample's results were compared, all equal; when every sample that ran raised
+alike on both devices it is `both-raised`. Samples that draw random numbers
+(dropout in train mode, ...) are skipped with a reason: the devices draw from
+different generators. A check whose samples were all skipped is `skip` with
+the reasons; nothing is dropped silently.
 
 Modules run in worker processes (tests/conformance/harness.py): a crash or a
 hang marks the module it was on as `crash` and the others still run. The
@@ -54,39 +61,6 @@ SEED = 0
 
 # ---------------------------------------------------------------------------
 # Worker half: runs modules in this process.
-
-class Check:
-    """One check's outcome over the samples of a (module, dtype, mode)."""
-
-    def __init__(self):
-        self.ran = 0          # compared (equal, or the same exception on both)
-        self.raised = 0       # of those, how many raised on both devices
-        self.skipped = {}     # reason -> count
-        self.failure = None   # the first failing sample's reason
-
-    def ok(self, raised=False):
-        self.ran += 1
-        self.raised += raised
-
-    def skip(self, reason):
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
-
-    def fail(self, desc, reason):
-        if self.failure is None:
-            self.failure = f"{desc}: {reason}"[:300]
-
-    def record(self, base, check):
-        skipped = "; ".join(f"{n} skipped: {r}" for r, n in self.skipped.items())
-        if self.failure is not None:
-            status, detail = "fail", self.failure
-        elif self.ran:
-            status = "pass"
-            detail = f"{self.ran} samples" + (f", {self.raised} raised on both" if self.raised else "")
-            detail += f"; {skipped}" if skipped else ""
-        else:
-            status, detail = "skip", skipped or "no samples"
-        return {**base, "check": check, "status": status, "detail": detail[:400]}
-
 
 def _random_reason(m, training):
     """Why m's forward draws random numbers (None when it does not)."""
@@ -204,19 +178,6 @@ def _call(fn):
         return None, e
 
 
-def _raise_mismatch(n_err, c_err):
-    """None when both raised the same exception type or neither raised."""
-    if c_err is None and n_err is None:
-        return None
-    if c_err is not None and n_err is not None:
-        if type(c_err) is type(n_err):
-            return None
-        return f"neuron raised {harness.first_line(n_err)} (CPU raised {type(c_err).__name__})"
-    if n_err is not None:
-        return f"neuron raised {harness.first_line(n_err)}; CPU did not"
-    return f"CPU raised {harness.first_line(c_err)}; neuron did not"
-
-
 def _inference(m, nm, cargs, ckwargs, nargs, nkwargs, desc, inf):
     """Eval forward under torch.inference_mode() on detached inputs: the
     fast paths PyTorch takes only without autograd (MultiheadAttention's
@@ -229,11 +190,11 @@ def _inference(m, nm, cargs, ckwargs, nargs, nkwargs, desc, inf):
     with torch.inference_mode():
         expected, c_err = _call(lambda: m(*tree_map(detach, cargs), **tree_map(detach, ckwargs)))
         actual, n_err = _call(lambda: nm(*tree_map(detach, nargs), **tree_map(detach, nkwargs)))
-    r = _raise_mismatch(n_err, c_err)
+    r = harness.compare_errors(n_err, c_err)
     if r:
         inf.fail(desc, r)
     elif c_err is not None:
-        inf.ok(raised=True)
+        inf.both_raised(c_err)
     else:
         r = _compare_tree(actual, expected, "output")
         inf.fail(desc, r) if r else inf.ok()
@@ -286,13 +247,13 @@ def run_sample(info, mi, dtype, training, desc, fwd, bwd, inf=None):
     # Forward, then buffers.
     expected, c_err = _call(lambda: m(*cargs, **ckwargs))
     actual, n_err = _call(lambda: nm(*nargs, **nkwargs))
-    r = _raise_mismatch(n_err, c_err)
+    r = harness.compare_errors(n_err, c_err)
     if r:
         fwd.fail(desc, r)
         bwd.skip("forward failed")
         return
     if c_err is not None:
-        fwd.ok(raised=True)
+        fwd.both_raised(c_err)
         bwd.skip("forward raises on both")
         return
     r = _compare_tree(actual, expected, "output") or _compare_named(
@@ -323,12 +284,12 @@ def run_sample(info, mi, dtype, training, desc, fwd, bwd, inf=None):
     n_grads = [t.to("neuron") for t in c_grads]
     _, c_err = _call(lambda: torch.autograd.backward([e for _, e in pairs], c_grads))
     _, n_err = _call(lambda: torch.autograd.backward([a for a, _ in pairs], n_grads))
-    r = _raise_mismatch(n_err, c_err)
+    r = harness.compare_errors(n_err, c_err)
     if r:
         bwd.fail(desc, r)
         return
     if c_err is not None:
-        bwd.ok(raised=True)
+        bwd.both_raised(c_err)
         return
     c_in = [t for t in tree_leaves((cargs, ckwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
     n_in = [t for t in tree_leaves((nargs, nkwargs)) if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -337,6 +298,9 @@ def run_sample(info, mi, dtype, training, desc, fwd, bwd, inf=None):
         or _compare_named(dict(nm.named_parameters()), dict(m.named_parameters()), "grad of", "grad")
     if r:
         bwd.fail(desc, r)
+        return
+    if all(t.grad is None for t in c_in) and all(p.grad is None for p in m.parameters()):
+        bwd.skip("no gradient reached an input or a parameter (on either device)")
         return
     bwd.ok()
 
@@ -358,8 +322,8 @@ def run_module(info, dtypes, max_samples):
         base = {"op": info.name, "dtype": dname}
         for mode in MODES:
             training = mode == "train"
-            fwd, bwd = Check(), Check()
-            inf = Check() if not training else None
+            fwd, bwd = harness.Check(), harness.Check()
+            inf = harness.Check() if not training else None
             try:
                 torch.manual_seed(SEED)
                 inputs = list(info.module_inputs_func(info, device="cpu", dtype=dtype,
@@ -425,7 +389,10 @@ def main():
     p.add_argument("--names", help="comma-separated module names, e.g. nn.Linear (default: all of module_db)")
     p.add_argument("--dtypes", help="comma-separated dtypes (default: each ModuleInfo's own)")
     p.add_argument("--max-samples", type=int, default=0, help="per (module, dtype, mode); 0: all")
+    p.add_argument("--shard", help="i/n: run the i-th of n shards of the modules (1 <= i <= n)")
+    p.add_argument("--merge", help="merge shard reports matching this glob instead of running")
     p.add_argument("--report", default=None, help="write the JSON report here")
+    p.add_argument("--quiet", action="store_true", help="print the summary line only")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -434,8 +401,16 @@ def main():
     if args.worker:
         worker(names, dtypes, args.max_samples, args.out)
         return 0
-    records = run(names, dtypes, args.max_samples)
-    return harness.report(records, harness.load_expected(EXPECTED), args.report)
+    names = names or all_module_names()
+    expected = harness.load_expected(EXPECTED)
+    if args.merge:
+        return harness.merge(harness.shard_paths(args.merge), names, expected, args.report)
+    names = harness.shard(names, args.shard)
+    records, wall = harness.timed(lambda: run(names, dtypes, args.max_samples))
+    meta = {"names": names, "shard": args.shard or "1/1", "wall_s": round(wall, 1),
+            "dtypes": dtypes, "max_samples": args.max_samples}
+    print(f"modules: {len(names)} modules in {wall:.0f} s")
+    return harness.report(records, expected, args.report, meta, args.quiet)
 
 
 if __name__ == "__main__":
