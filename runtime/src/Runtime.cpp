@@ -49,6 +49,19 @@ nrtStatus Runtime::get(Runtime** out) {
 
 void Runtime::onForkChild() { instance()->forked_.store(true, std::memory_order_relaxed); }
 
+void Runtime::onExit() {
+  // The executor threads are detached and outlive main(): a kernel still
+  // queued when the process exits would run while the static objects it
+  // uses (the host libraries' allocators, dispatch tables, thread pools) are
+  // being destroyed, and abort or crash the exit. Registered when the devices
+  // start, this runs before the destructors of everything constructed
+  // earlier; the layers above drain earlier still (the Python package does it
+  // before the interpreter tears down).
+  Runtime* rt = instance();
+  if (rt->forked_.load() || rt->startStatus_ != NRT_SUCCESS) return;
+  for (auto& d : rt->devices_) (void)d.executor->synchronizeAll();
+}
+
 size_t Runtime::deviceCapacity() const {
   // Config bounds memoryPerCore far below SIZE_MAX, so this cannot wrap.
   return (config_.memoryPerCore + Arena::kAlignment - 1) / Arena::kAlignment * Arena::kAlignment;
@@ -57,6 +70,7 @@ size_t Runtime::deviceCapacity() const {
 nrtStatus Runtime::start() {
   // Registered before any thread exists, so no child can miss it.
   pthread_atfork(nullptr, nullptr, &Runtime::onForkChild);
+  std::atexit(&Runtime::onExit);
   devices_.resize(config_.visibleCores.size());
   for (size_t i = 0; i < devices_.size(); ++i) {
     Device& d = devices_[i];

@@ -72,6 +72,7 @@ class Runtime {
   nrtStatus start();
   static Runtime* instance();
   static void onForkChild();
+  static void onExit();
 
   Config config_;
   std::once_flag startOnce_;
