@@ -3,7 +3,7 @@
 #   make test   set up, build, run every test (runtime suites also under
 #               ASan+UBSan and TSan; the Python suites on the neuron device)
 # Other targets: build, bench, bench-py, conformance, python-tests,
-# runtime-tests, runtime-demo, sanitize, fuzz, clean.
+# runtime-tests, runtime-demo, sanitize, fuzz, reliability, exit-stress, clean.
 
 VENV ?= $(HOME)/.cache/torchneuron/venv
 PYTHON := $(VENV)/bin/python
@@ -17,7 +17,7 @@ export CCACHE_NOHASHDIR := 1
 
 .PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests conformance clean fuzz fuzz-build fuzz-short \
-        reliability
+        reliability exit-stress
 
 all: build
 
@@ -121,6 +121,13 @@ conformance: backend
 	  --report build/modules.json || status=1; \
 	echo "conformance: $$(( $$(date +%s) - start )) s with $(SHARDS) shards per suite"; \
 	exit $$status
+
+# Processes that run a backward on neuron and exit, counted by how they end
+# (make test runs 50 of them in tests/test_process.py).
+EXIT_RUNS ?= 200
+exit-stress: backend
+	$(PYTHON) scripts/exit_stress.py --runs $(EXIT_RUNS)
+	$(PYTHON) scripts/exit_stress.py --runs 20 --fresh
 
 bench: build
 	./build/bench/runtime_bench

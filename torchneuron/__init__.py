@@ -69,6 +69,10 @@ if not hasattr(torch.Tensor, _BACKEND_NAME):
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
 
+from . import _multiprocessing  # noqa: E402
+
+_multiprocessing.register_reducers()
+
 from .neuron import (  # noqa: E402,F401
     Event,
     Stream,

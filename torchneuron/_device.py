@@ -1,8 +1,10 @@
 """Device management for ``torch.neuron``: availability, lazy init, fork safety."""
 from __future__ import annotations
 
+import atexit
 import os
 import threading
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -28,12 +30,27 @@ def is_available() -> bool:
         return False
 
 
+_init_error_warned = False
+
+
 def device_count() -> int:
-    """Number of visible neuron devices (0 when the runtime is unusable)."""
+    """Number of visible neuron devices (0 when the runtime is unusable).
+
+    As ``torch.cuda.device_count()``, an unusable runtime (a bad ``NEURON_RT_*``
+    value) is not an exception here: it warns once with the reason, and the first
+    use of a device raises a RuntimeError with the same reason.
+    """
+    global _init_error_warned
     try:
-        return int(_C._device_count())
+        n = int(_C._device_count())
     except Exception:  # pragma: no cover
         return 0
+    if n == 0 and not _init_error_warned:
+        error = _C._init_error()
+        if error:
+            _init_error_warned = True
+            warnings.warn(f"neuron initialization: {error}", UserWarning, stacklevel=2)
+    return n
 
 
 def is_initialized() -> bool:
@@ -90,6 +107,16 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _drain_at_exit() -> None:
+    # Runs before the interpreter tears down (atexit handlers registered later,
+    # e.g. the user's, run first): waits for the work still queued on every
+    # device, so no kernel runs while torch's C++ state is being destroyed.
+    _C._drain_devices_at_exit()  # a no-op unless the backend initialised the devices
+
+
+atexit.register(_drain_at_exit)
 
 
 def _get_device_index(device: Any = None, optional: bool = True) -> int:

@@ -109,6 +109,11 @@ std::string formatBytes(size_t bytes) {
   return os.str();
 }
 
+// Requests are bounded (kMaxRequest, checked in allocate()) so that the
+// roundings below cannot wrap: rounding SIZE_MAX - 510 and above up to
+// 512 used to give 0, a block that aliased the next allocation.
+constexpr size_t kMaxRequest = size_t(1) << 62;
+
 size_t roundSize(size_t size) {
   if (size < kMinBlockSize) return kMinBlockSize;
   return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
@@ -524,6 +529,19 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex device = currentDevice();
     lazyInit();
+    // A negative size (UntypedStorage(-1), storage.resize_(-1)) arrives as a
+    // huge size_t: refuse it as CPU's alloc_cpu does.
+    TORCH_CHECK(static_cast<ptrdiff_t>(nbytes) >= 0,
+                "neuron allocator was called with a negative number of bytes: ",
+                static_cast<ptrdiff_t>(nbytes), " (", nbytes,
+                " as an unsigned size); a storage size must be >= 0");
+    if (nbytes > kMaxRequest) {
+      size_t free_bytes = 0, total_bytes = 0;
+      NEURON_CHECK(nrtMemGetInfo(device, &free_bytes, &total_bytes));
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "Neuron out of memory. Tried to allocate ",
+                       nbytes, " bytes; device neuron:", static_cast<int>(device),
+                       " has a total capacity of ", formatBytes(total_bytes), ".");
+    }
     if (nbytes == 0) {
       return c10::DataPtr(nullptr, c10::Device(c10::DeviceType::PrivateUse1, device));
     }
@@ -548,6 +566,11 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
   void free(void* ptr) {
     if (ptr == nullptr) return;
+    // In a child forked after initialisation the runtime refuses every call
+    // and the memory is the child's private copy: a tensor inherited from
+    // the parent is dropped without touching the cache (a deleter must not
+    // throw).
+    if (isInBadFork()) return;
     Block* block = nullptr;
     {
       std::lock_guard<std::mutex> lock(blocks_mutex_);
@@ -564,7 +587,7 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   bool initialized() override { return isInitialized(); }
 
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
-    if (!isInitialized()) return;
+    if (!isInitialized() || isInBadFork()) return;
     for (auto& c : caches()) c->emptyCache();
   }
 
@@ -627,7 +650,10 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
   ska::flat_hash_map<void*, Block*> live_;
 };
 
-NeuronCachingAllocator g_allocator;
+// Never destroyed: a tensor can be freed after this library's static
+// destructors ran (by another library's static object, or a thread that
+// outlives main) and must still find its allocator and block table.
+NeuronCachingAllocator& g_allocator = *new NeuronCachingAllocator();
 
 void rawDelete(void* ptr) { g_allocator.free(ptr); }
 

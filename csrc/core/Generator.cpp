@@ -106,15 +106,17 @@ NeuronGeneratorImpl* NeuronGeneratorImpl::clone_impl() const {
 }
 
 const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) {
-  static std::vector<at::Generator> generators = [] {
-    std::vector<at::Generator> v;
+  // Never destroyed: Python's torch.Generator objects for them may outlive
+  // this library's statics at exit.
+  static auto* generators = [] {
+    auto* v = new std::vector<at::Generator>();
     for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
-      v.push_back(at::make_generator<NeuronGeneratorImpl>(i));
+      v->push_back(at::make_generator<NeuronGeneratorImpl>(i));
     }
     return v;
   }();
   const auto device = resolveDevice(device_index);
-  return generators[device];
+  return (*generators)[device];
 }
 
 at::Generator createGenerator(c10::DeviceIndex device_index) {

@@ -67,6 +67,10 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    // storage.resize_(-n) reaches here as a huge size_t.
+    TORCH_CHECK(static_cast<ptrdiff_t>(new_bytes) >= 0,
+                "Trying to resize a neuron storage to a negative number of bytes: ",
+                static_cast<ptrdiff_t>(new_bytes));
     const size_t old_bytes = impl->nbytes();
     if (new_bytes == old_bytes) return;
     auto* allocator = impl->allocator() != nullptr ? impl->allocator() : getDeviceAllocator();
@@ -98,8 +102,10 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 
 struct RegisterHooks {
   RegisterHooks() {
-    static NeuronHooks hooks;
-    at::RegisterPrivateUse1HooksInterface(&hooks);
+    // Never destroyed: core ATen keeps the pointer and may call it while
+    // this library's statics are destroyed at exit.
+    static auto* hooks = new NeuronHooks();
+    at::RegisterPrivateUse1HooksInterface(hooks);
   }
 };
 RegisterHooks g_register_hooks;

@@ -38,6 +38,13 @@ class NeuronHostAllocator final : public at::HostAllocator {
     if (size == 0) {
       return {nullptr, nullptr, &hostDelete, at::Device(at::DeviceType::CPU)};
     }
+    // Rounding to a power of two wraps to 0 above 2^63 (a negative size
+    // seen as size_t): refuse such sizes as CPU's alloc_cpu does.
+    TORCH_CHECK(static_cast<ptrdiff_t>(size) >= 0,
+                "neuron pinned-memory allocator was called with a negative number of bytes: ",
+                static_cast<ptrdiff_t>(size));
+    TORCH_CHECK_WITH(OutOfMemoryError, size <= (size_t(1) << 62),
+                     "neuron pinned-memory allocator: cannot allocate ", size, " bytes");
     const size_t rounded = c10::llvm::PowerOf2Ceil(std::max<size_t>(size, 512));
     std::lock_guard<std::mutex> lock(mutex_);
     processEvents();
@@ -168,7 +175,8 @@ class NeuronHostAllocator final : public at::HostAllocator {
   at::HostStats stats_;
 };
 
-NeuronHostAllocator g_host_allocator;
+// Never destroyed, as the device allocator (pinned tensors can outlive it).
+NeuronHostAllocator& g_host_allocator = *new NeuronHostAllocator();
 
 void hostDelete(void* ctx) { g_host_allocator.free(ctx); }
 

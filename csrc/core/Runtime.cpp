@@ -5,11 +5,17 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <limits>
+#include <string>
 #include <deque>
 #include <mutex>
 #include <vector>
 
 namespace torchneuron {
+
+const char* const kBadForkMessage =
+    "Cannot re-initialize neuron in forked subprocess. To use neuron with multiprocessing, you "
+    "must use the 'spawn' start method";
 
 std::string describeStatus(nrtStatus status) {
   std::string out = nrtGetErrorName(status);
@@ -28,6 +34,11 @@ void throwRuntimeError(nrtStatus status, const char* expr, const char* file, int
   std::string call(expr);
   call = call.substr(0, call.find('('));  // the runtime function's name
   std::string msg;
+  if (status == NRT_ERROR_FORKED) {
+    // The runtime refuses every device call in a child forked after it
+    // started (its worker threads are gone): CUDA's message and exception.
+    TORCH_CHECK(false, kBadForkMessage, " (", call, ": ", describeStatus(status), ")");
+  }
   if (status == NRT_ERROR_KERNEL_FAILED) {
     const char* detail = nrtGetLastErrorMessage();
     msg = "A neuron kernel failed: " +
@@ -68,7 +79,11 @@ struct DeviceCountCache {
   DeviceCountCache() {
     int n = 0;
     nrtStatus st = nrtGetDeviceCount(&n);
-    if (st == NRT_SUCCESS) {
+    if (st == NRT_SUCCESS && n > std::numeric_limits<c10::DeviceIndex>::max()) {
+      // A device index is a c10::DeviceIndex: more devices cannot be named.
+      error = "the runtime reports " + std::to_string(n) + " devices; PyTorch can address at most " +
+              std::to_string(std::numeric_limits<c10::DeviceIndex>::max());
+    } else if (st == NRT_SUCCESS) {
       ok = true;
       count = static_cast<c10::DeviceIndex>(n);
     } else {
@@ -92,10 +107,13 @@ c10::DeviceIndex deviceCount() noexcept {
   }
 }
 
+std::string initError() {
+  const auto& cache = deviceCountCache();
+  return cache.ok ? std::string() : cache.error;
+}
+
 void lazyInit() {
-  TORCH_CHECK(!g_in_bad_fork.load(),
-              "Cannot re-initialize neuron in forked subprocess. To use neuron with "
-              "multiprocessing, you must use the 'spawn' start method");
+  TORCH_CHECK(!g_in_bad_fork.load(), kBadForkMessage);
   if (g_initialized.load(std::memory_order_acquire)) {
     return;
   }
@@ -110,6 +128,21 @@ void lazyInit() {
 }
 
 bool isInitialized() noexcept { return g_initialized.load(); }
+
+void drainDevicesAtExit() noexcept {
+  // Queued kernels are CPU kernels: they use the dispatcher, allocators and
+  // thread pools of the host libraries, which are static objects destroyed
+  // once the interpreter (or main) is done. The executor's threads outlive
+  // all of that, so a kernel still queued at exit used to run while they
+  // were torn down (an abort at exit, "terminate called without an active
+  // exception"). Called before that teardown starts: wait for every device.
+  if (!g_initialized.load() || g_in_bad_fork.load()) return;
+  for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
+    // A kernel failure nobody synchronized for is not an exit error (as on
+    // CUDA); it was reported to no one and is dropped here.
+    (void)nrtDeviceSynchronize(d);
+  }
+}
 bool isInBadFork() noexcept { return g_in_bad_fork.load(); }
 
 void checkDeviceIndex(c10::DeviceIndex index) {

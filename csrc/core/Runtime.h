@@ -41,6 +41,11 @@ std::string describeStatus(nrtStatus status);
 
 // Number of visible devices; 0 when the runtime is unusable (never throws).
 c10::DeviceIndex deviceCount() noexcept;
+// Why the runtime is unusable (its configuration error), "" when it is not.
+std::string initError();
+
+// CUDA's words for using the device in a child forked after initialisation.
+extern const char* const kBadForkMessage;
 
 // Initialises the backend once (idempotent, thread-safe). Throws when the
 // process is a child forked after initialisation or when no device exists.

@@ -41,14 +41,16 @@ void noteHandleId(nrtStream_t handle, c10::StreamId id) {
 }
 
 std::vector<std::unique_ptr<DeviceStreams>>& allDevices() {
-  static std::vector<std::unique_ptr<DeviceStreams>> devices = [] {
-    std::vector<std::unique_ptr<DeviceStreams>> v;
+  // Never destroyed: threads that outlive main (the autograd engine's device
+  // threads, the executor) and late tensor frees may still ask for streams.
+  static auto* devices = [] {
+    auto* v = new std::vector<std::unique_ptr<DeviceStreams>>();
     for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) {
-      v.push_back(std::make_unique<DeviceStreams>());
+      v->push_back(std::make_unique<DeviceStreams>());
     }
     return v;
   }();
-  return devices;
+  return *devices;
 }
 
 DeviceStreams& deviceStreams(c10::DeviceIndex device) {

@@ -9,6 +9,7 @@
 namespace torchneuron {
 int64_t freshOutputCopies();
 bool allocationRedirectInstalled();
+void drainDevicesAtExit() noexcept;  // core/Runtime.cpp
 }  // namespace torchneuron
 
 #include "core/Generator.h"
@@ -122,6 +123,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init", [] { lazyInit(); });
   m.def("_is_initialized", [] { return isInitialized(); });
   m.def("_is_in_bad_fork", [] { return isInBadFork(); });
+  m.def("_init_error", [] { return initError(); });
+  m.def("_drain_devices_at_exit", [] {
+    py::gil_scoped_release no_gil;
+    drainDevicesAtExit();
+  });
   m.def("_device_count", [] { return static_cast<int>(deviceCount()); });
   m.def("_get_device", [] { return static_cast<int>(currentDevice()); });
   m.def("_set_device", [](int d) { setCurrentDevice(static_cast<c10::DeviceIndex>(d)); });

@@ -37,6 +37,13 @@ class Arena {
            a < reinterpret_cast<uintptr_t>(base_) + capacity_;
   }
 
+  // Whether [p, p+size) shares a byte with the reserved range (size > 0, no wrap).
+  bool overlaps(const void* p, size_t size) const {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto lo = reinterpret_cast<uintptr_t>(base_);
+    return size > 0 && a < lo + capacity_ && a + size > lo;
+  }
+
   // Returns nullptr when no free range of size bytes exists.
   void* allocate(size_t size);
   // Frees a live allocation's base pointer; false if p is not one.

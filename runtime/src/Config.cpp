@@ -89,22 +89,28 @@ Config readConfig() {
     c.error = std::string(var) + "=" + (env(var) ? env(var) : "") + ": " + why;
   };
   long v = 0;
+  auto range = [](long lo, long hi) {
+    return "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  };
   if (const char* s = env("NEURON_RT_NUM_CORES")) {
-    if (parseInt(s, 0, 1024, &v)) c.numCores = static_cast<int>(v);
-    else bad("NEURON_RT_NUM_CORES", "expected an integer from 0 to 1024");
+    if (parseInt(s, 0, kMaxCores, &v)) c.numCores = static_cast<int>(v);
+    else bad("NEURON_RT_NUM_CORES", range(0, kMaxCores) + " (cores of the software chip)");
   }
   if (const char* s = env("NEURON_RT_MEMORY_PER_CORE")) {
     size_t bytes = 0;
-    if (parseBytes(s, &bytes) && bytes >= (1u << 20)) c.memoryPerCore = bytes;
-    else bad("NEURON_RT_MEMORY_PER_CORE", "expected a size of at least 1M, e.g. 512M or 8G");
+    if (parseBytes(s, &bytes) && bytes >= kMinMemoryPerCore && bytes <= kMaxMemoryPerCore)
+      c.memoryPerCore = bytes;
+    else
+      bad("NEURON_RT_MEMORY_PER_CORE",
+          "expected a size from 64M to 1T (bytes, or with a K/M/G/T suffix, e.g. 512M or 8G)");
   }
   if (const char* s = env("NEURON_RT_EXECUTOR_THREADS")) {
-    if (parseInt(s, 1, 64, &v)) c.executorThreads = static_cast<int>(v);
-    else bad("NEURON_RT_EXECUTOR_THREADS", "expected an integer from 1 to 64");
+    if (parseInt(s, 1, kMaxExecutorThreads, &v)) c.executorThreads = static_cast<int>(v);
+    else bad("NEURON_RT_EXECUTOR_THREADS", range(1, kMaxExecutorThreads));
   }
   if (const char* s = env("NEURON_RT_COMPUTE_THREADS")) {
-    if (parseInt(s, 1, 1024, &v)) c.computeThreads = static_cast<int>(v);
-    else bad("NEURON_RT_COMPUTE_THREADS", "expected an integer from 1 to 1024");
+    if (parseInt(s, 1, kMaxComputeThreads, &v)) c.computeThreads = static_cast<int>(v);
+    else bad("NEURON_RT_COMPUTE_THREADS", range(1, kMaxComputeThreads));
   }
   if (const char* s = env("NEURON_LAUNCH_BLOCKING")) {
     std::string t(s);

@@ -9,6 +9,18 @@
 
 namespace nrt {
 
+// Valid ranges (documented in neuron/runtime.h and the README). A device
+// index must fit PyTorch's c10::DeviceIndex (int8_t) and each core reserves
+// its arena's address space and starts its own threads, so the core count
+// is kept well inside both; the arena must hold at least the caching
+// allocators' segments (2 MiB small, 20 MiB mid-size) with room to spare,
+// and 64 arenas of the largest size still fit the 47-bit user address space.
+constexpr int kMaxCores = 64;
+constexpr size_t kMinMemoryPerCore = size_t(64) << 20;  // 64M
+constexpr size_t kMaxMemoryPerCore = size_t(1) << 40;   // 1T
+constexpr int kMaxExecutorThreads = 64;
+constexpr int kMaxComputeThreads = 1024;
+
 struct Config {
   int numCores = 2;
   std::vector<int> visibleCores;  // physical core of each visible device

@@ -106,6 +106,14 @@ nrtStatus nrtEventSynchronize(nrtEvent_t event) {
     st = stateLocked(e, event);
     if (st == NRT_ERROR_EVENT_NOT_RECORDED) return st;
     uint64_t target = e->recorded;
+    // A record queued behind the calling kernel on its own stream cannot
+    // complete before the kernel returns.
+    if (st == NRT_ERROR_NOT_READY && e->recordedOn == nrtKernelCurrentStream())
+      return failf(NRT_ERROR_INVALID_VALUE,
+                   "nrtEventSynchronize called from inside a kernel on stream 0x%llx for an "
+                   "event recorded after it on the same stream: a kernel cannot wait for its "
+                   "own stream (the wait would never return)",
+                   static_cast<unsigned long long>(e->recordedOn));
     e->syncWaiters++;
     e->cv.wait(lk, [&] { return e->completed.load(std::memory_order_relaxed) >= target; });
     e->syncWaiters--;

@@ -1,11 +1,16 @@
 // MemoryApi.cpp — device and pinned allocations, pointer attributes,
 // copies and memsets (the async forms are kernels on a stream).
+#include <cstdint>
 #include <cstring>
 
 #include "Activity.h"
 #include "Runtime.h"
 
 using namespace nrt;
+
+namespace nrt {
+Stream* lookupStream(Runtime* rt, nrtStream_t h, nrtStatus* st);
+}
 
 namespace {
 
@@ -17,8 +22,21 @@ struct Range {
 // Classifies [p, p+count): a device range must lie inside one live
 // allocation; anything outside every arena is host memory.
 nrtStatus classify(Runtime* rt, const void* p, size_t count, const char* what, Range* out) {
+  if (count > UINTPTR_MAX - reinterpret_cast<uintptr_t>(p))
+    return failf(NRT_ERROR_INVALID_VALUE, "%s range of %zu bytes at %p wraps around the address space",
+                 what, count, p);
   Device* d = rt->deviceOf(p);
   if (!d) {
+    // A host range must not run into a device arena: the copy would touch
+    // device memory outside any allocation check.
+    for (int i = 0; i < rt->deviceCount(); ++i) {
+      nrtStatus st;
+      Device* other = rt->device(i, &st);
+      if (other && other->arena->overlaps(p, count))
+        return failf(NRT_ERROR_INVALID_POINTER,
+                     "%s host range of %zu bytes at %p runs into device %d's memory", what, count,
+                     p, i);
+    }
     out->device = false;
     return NRT_SUCCESS;
   }
@@ -63,7 +81,11 @@ nrtStatus checkCopy(Runtime* rt, void* dst, const void* src, size_t count, nrtMe
                     int* dstDev, int* srcDev) {
   if (kind < nrtMemcpyHostToDevice || kind > nrtMemcpyDefault)
     return failf(NRT_ERROR_INVALID_VALUE, "unknown copy kind %d", static_cast<int>(kind));
-  if (count > 0 && (!dst || !src))
+  *dstDev = *srcDev = -1;
+  // A zero-byte copy touches no memory: nothing to classify (the pointers
+  // may be NULL or past-the-end, as memcpy's callers often pass).
+  if (count == 0) return NRT_SUCCESS;
+  if (!dst || !src)
     return fail(NRT_ERROR_INVALID_VALUE, "copy of a non-zero size with a NULL pointer");
   Range d, s;
   nrtStatus st = classify(rt, dst, count, "destination", &d);
@@ -89,7 +111,7 @@ struct CopyArgs {
 };
 nrtStatus copyKernel(void* a) {
   auto* c = static_cast<CopyArgs*>(a);
-  std::memcpy(c->dst, c->src, c->count);
+  if (c->count) std::memcpy(c->dst, c->src, c->count);
   return NRT_SUCCESS;
 }
 
@@ -100,7 +122,7 @@ struct SetArgs {
 };
 nrtStatus memsetKernel(void* a) {
   auto* c = static_cast<SetArgs*>(a);
-  std::memset(c->dst, c->value, c->count);
+  if (c->count) std::memset(c->dst, c->value, c->count);
   return NRT_SUCCESS;
 }
 
@@ -184,9 +206,9 @@ nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyKind kind
   NRT_RUNTIME(rt);
   int dstDev, srcDev;
   nrtStatus st = checkCopy(rt, dst, src, count, kind, &dstDev, &srcDev);
-  if (st == NRT_SUCCESS) st = drainDevices(dstDev, srcDev);
+  if (st != NRT_SUCCESS || count == 0) return st;
+  st = drainDevices(dstDev, srcDev);
   if (st != NRT_SUCCESS) return st;
-  if (!count) return NRT_SUCCESS;
   // A synchronous copy runs here, on the calling thread, as the legacy
   // stream's work item of the device it touches (timed like queued work).
   const int device = dstDev >= 0 ? dstDev : srcDev;
@@ -216,6 +238,7 @@ nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count, nrtMemcpyKind
   int dstDev, srcDev;
   nrtStatus st = checkCopy(rt, dst, src, count, kind, &dstDev, &srcDev);
   if (st != NRT_SUCCESS) return st;
+  if (count == 0) return lookupStream(rt, stream, &st) ? NRT_SUCCESS : st;  // nothing to queue
   CopyArgs args{dst, src, count};
   const nrtBufferRange read{src, count}, write{dst, count};
   nrtWorkDesc desc{};
@@ -232,6 +255,7 @@ nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count, nrtMemcpyKind
 nrtStatus nrtMemset(void* ptr, int value, size_t count) {
   NRT_RUNTIME(rt);
   Range r;
+  if (count == 0) return NRT_SUCCESS;  // touches no memory
   if (!ptr) return fail(NRT_ERROR_INVALID_VALUE, "nrtMemset: ptr is NULL");
   nrtStatus st = classify(rt, ptr, count, "memset target", &r);
   if (st != NRT_SUCCESS) return st;
@@ -246,8 +270,10 @@ nrtStatus nrtMemset(void* ptr, int value, size_t count) {
 nrtStatus nrtMemsetAsync(void* ptr, int value, size_t count, nrtStream_t stream) {
   NRT_RUNTIME(rt);
   Range r;
+  nrtStatus st;
+  if (count == 0) return lookupStream(rt, stream, &st) ? NRT_SUCCESS : st;  // nothing to queue
   if (!ptr) return fail(NRT_ERROR_INVALID_VALUE, "nrtMemsetAsync: ptr is NULL");
-  nrtStatus st = classify(rt, ptr, count, "memset target", &r);
+  st = classify(rt, ptr, count, "memset target", &r);
   if (st != NRT_SUCCESS) return st;
   if (!r.device)
     return failf(NRT_ERROR_INVALID_POINTER, "nrtMemsetAsync: %p is not device memory", ptr);

@@ -2,9 +2,11 @@
 // executor each), the pinned host allocations, and the handle tables.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "Arena.h"
@@ -26,12 +28,25 @@ struct Device {
 
 class Runtime {
  public:
-  // The runtime, created on first use. Returns the configuration's status
-  // (INVALID_CONFIG, or INTERNAL if the host refused a reservation/thread).
+  // The runtime with its devices started (arenas reserved, executor threads
+  // running), started on first use. Returns the configuration's status
+  // (INVALID_CONFIG, or INTERNAL if the host refused a reservation/thread),
+  // or FORKED in a child forked after the parent started the devices: the
+  // child has a copy of the parent's memory but none of its worker threads,
+  // so queued work would never run and waits would never return.
   static nrtStatus get(Runtime** out);
 
+  // The runtime with only its configuration read: enough for the device
+  // count, properties and the current device. Starts no thread, so a process
+  // that only asked these questions can still fork children that use the
+  // devices (as CUDA's device count does not initialise the driver).
+  static nrtStatus getConfigured(Runtime** out);
+
   const Config& config() const { return config_; }
-  int deviceCount() const { return static_cast<int>(devices_.size()); }
+  int deviceCount() const { return static_cast<int>(config_.visibleCores.size()); }
+
+  // Arena capacity every device gets (the configured size, aligned).
+  size_t deviceCapacity() const;
 
   // The device, or nullptr after reporting INVALID_DEVICE via *st.
   Device* device(int index, nrtStatus* st);
@@ -54,9 +69,17 @@ class Runtime {
 
  private:
   Runtime() = default;
-  nrtStatus init();
+  nrtStatus start();
+  static Runtime* instance();
+  static void onForkChild();
+  static void onExit();
 
   Config config_;
+  std::once_flag startOnce_;
+  std::atomic<bool> started_{false};
+  std::atomic<bool> forked_{false};
+  nrtStatus startStatus_ = NRT_SUCCESS;
+  std::string startError_;
   std::vector<Device> devices_;
   HandleTable<Stream> streams_;
   HandleTable<Event> events_;
@@ -70,6 +93,14 @@ class Runtime {
   do {                                       \
     nrtStatus st_ = ::nrt::Runtime::get(&rt); \
     if (st_ != NRT_SUCCESS) return st_;      \
+  } while (0)
+
+// As NRT_RUNTIME for calls that need only the configuration.
+#define NRT_RUNTIME_CONFIGURED(rt)                      \
+  ::nrt::Runtime* rt = nullptr;                         \
+  do {                                                  \
+    nrtStatus st_ = ::nrt::Runtime::getConfigured(&rt); \
+    if (st_ != NRT_SUCCESS) return st_;                 \
   } while (0)
 
 }  // namespace nrt

@@ -42,6 +42,7 @@ const char* nrtGetErrorName(nrtStatus status) {
     case NRT_ERROR_KERNEL_FAILED: return "NRT_ERROR_KERNEL_FAILED";
     case NRT_ERROR_INVALID_CONFIG: return "NRT_ERROR_INVALID_CONFIG";
     case NRT_ERROR_INTERNAL: return "NRT_ERROR_INTERNAL";
+    case NRT_ERROR_FORKED: return "NRT_ERROR_FORKED";
   }
   return "NRT_ERROR_UNKNOWN";
 }
@@ -61,6 +62,8 @@ const char* nrtGetErrorString(nrtStatus status) {
     case NRT_ERROR_KERNEL_FAILED: return "a kernel failed";
     case NRT_ERROR_INVALID_CONFIG: return "invalid runtime configuration";
     case NRT_ERROR_INTERNAL: return "internal runtime error";
+    case NRT_ERROR_FORKED:
+      return "the runtime cannot be used in a child forked after it started (use spawn)";
   }
   return "unknown status";
 }

@@ -13,6 +13,7 @@ Stream* lookupStream(Runtime* rt, nrtStream_t h, nrtStatus* st) {
                   static_cast<unsigned long long>(h));
   return s;
 }
+nrtStatus checkNotSelfWait(Runtime* rt, nrtStream_t stream, int device, const char* call);
 }  // namespace nrt
 
 extern "C" {
@@ -50,6 +51,8 @@ nrtStatus nrtStreamDestroy(nrtStream_t stream) {
   Device* d = rt->device(s->device, &st);
   if (d && d->defaultStream == stream)
     return fail(NRT_ERROR_INVALID_HANDLE, "the default stream of a device cannot be destroyed");
+  st = checkNotSelfWait(rt, stream, -1, "nrtStreamDestroy");
+  if (st != NRT_SUCCESS) return st;
   // Retire the handle first so no new work arrives, then drain; the slot is
   // reused only after that.
   uint32_t index;
@@ -94,6 +97,8 @@ nrtStatus nrtStreamSynchronize(nrtStream_t stream) {
   nrtStatus st;
   Stream* s = lookupStream(rt, stream, &st);
   if (!s) return st;
+  st = checkNotSelfWait(rt, stream, -1, "nrtStreamSynchronize");
+  if (st != NRT_SUCCESS) return st;
   s->executor->wait(s);
   return s->executor->takeError(s);
 }

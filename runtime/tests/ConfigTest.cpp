@@ -70,3 +70,60 @@ TEST(EnvConfig, MatchesEnvironment) {
   }
   EXPECT_EQ(launchBlocking(), std::getenv("EXPECT_BLOCKING") != nullptr);
 }
+
+namespace {
+// Sets one variable for the duration of a scope (readConfig reads the
+// environment on every call; the runtime itself reads it once).
+struct ScopedEnv {
+  std::string name;
+  std::string old;
+  bool had;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+  }
+};
+
+void expectInvalid(const char* var, const char* value, const char* range) {
+  ScopedEnv e(var, value);
+  nrt::Config c = nrt::readConfig();
+  EXPECT_EQ(c.status, NRT_ERROR_INVALID_CONFIG) << var << "=" << value;
+  EXPECT_NE(c.error.find(std::string(var) + "=" + value), std::string::npos) << c.error;
+  EXPECT_NE(c.error.find(range), std::string::npos) << c.error;
+  EXPECT_TRUE(c.visibleCores.empty());
+}
+
+void expectValid(const char* var, const char* value) {
+  ScopedEnv e(var, value);
+  nrt::Config c = nrt::readConfig();
+  EXPECT_EQ(c.status, NRT_SUCCESS) << var << "=" << value << ": " << c.error;
+}
+}  // namespace
+
+// Values out of range are configuration errors naming the variable and the
+// range, never a wrapped device count or an arena no allocation fits in.
+TEST(Config, OutOfRangeValuesAreErrors) {
+  for (const char* v : {"65", "128", "300", "1024", "-1", "99999999999999999999"})
+    expectInvalid("NEURON_RT_NUM_CORES", v, "from 0 to 64");
+  expectValid("NEURON_RT_NUM_CORES", "64");
+  expectValid("NEURON_RT_NUM_CORES", "0");
+  for (const char* v : {"1M", "63M", "0", "1", "2T", "16T"})
+    expectInvalid("NEURON_RT_MEMORY_PER_CORE", v, "from 64M to 1T");
+  expectValid("NEURON_RT_MEMORY_PER_CORE", "64M");
+  expectValid("NEURON_RT_MEMORY_PER_CORE", "1T");
+  for (const char* v : {"0", "65", "-2"})
+    expectInvalid("NEURON_RT_EXECUTOR_THREADS", v, "from 1 to 64");
+  for (const char* v : {"0", "1025"})
+    expectInvalid("NEURON_RT_COMPUTE_THREADS", v, "from 1 to 1024");
+  {
+    ScopedEnv e("NEURON_RT_NUM_CORES", "64");
+    nrt::Config c = nrt::readConfig();
+    EXPECT_EQ(c.visibleCores.size(), 64u);
+  }
+}

@@ -182,3 +182,66 @@ TEST(Memory, MemsetSync) {
   for (unsigned char c : back) ASSERT_EQ(c, 0xAB);
   NRT_OK(nrtFree(d));
 }
+
+// Sizes whose rounding to a page or to the arena alignment would wrap
+// around to a tiny block must fail, not hand out that block.
+TEST(Memory, HugeSizesFailInsteadOfWrapping) {
+  void* p = reinterpret_cast<void*>(1);
+  for (size_t size : {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - 4094, SIZE_MAX - 4095, SIZE_MAX / 2 + 1}) {
+    EXPECT_EQ(nrtHostAlloc(&p, size), NRT_ERROR_OUT_OF_MEMORY) << size;
+    EXPECT_EQ(nrtMalloc(&p, size, 0), NRT_ERROR_OUT_OF_MEMORY) << size;
+  }
+  for (size_t size : {SIZE_MAX - 254, SIZE_MAX - 255, SIZE_MAX - 256}) {
+    EXPECT_EQ(nrtMalloc(&p, size, 0), NRT_ERROR_OUT_OF_MEMORY) << size;
+  }
+  // Both allocators still work.
+  NRT_OK(nrtHostAlloc(&p, 4096));
+  std::memset(p, 1, 4096);
+  NRT_OK(nrtHostFree(p));
+  NRT_OK(nrtMalloc(&p, 4096, 0));
+  NRT_OK(nrtFree(p));
+}
+
+// A zero-byte copy or memset touches no memory: NULL pointers are fine and
+// nothing is queued, but the stream handle and the copy kind still count.
+TEST(Memory, ZeroByteCopiesAndMemsetsAreNoOps) {
+  NRT_OK(nrtMemcpy(nullptr, nullptr, 0, nrtMemcpyHostToDevice));
+  NRT_OK(nrtMemcpy(nullptr, nullptr, 0, nrtMemcpyDeviceToDevice));
+  NRT_OK(nrtMemcpyAsync(nullptr, nullptr, 0, nrtMemcpyDefault, defaultStream()));
+  NRT_OK(nrtMemcpyAsync(nullptr, nullptr, 0, nrtMemcpyDeviceToHost, defaultStream(1)));
+  NRT_OK(nrtMemset(nullptr, 0, 0));
+  NRT_OK(nrtMemsetAsync(nullptr, 0, 0, defaultStream()));
+  NRT_OK(nrtStreamSynchronize(defaultStream()));
+  const nrtStream_t bogus = 0xdead0000beefull;
+  EXPECT_EQ(nrtMemcpyAsync(nullptr, nullptr, 0, nrtMemcpyDefault, bogus), NRT_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(nrtMemcpyAsync(nullptr, nullptr, 0, nrtMemcpyDefault, 0), NRT_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(nrtMemsetAsync(nullptr, 0, 0, bogus), NRT_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(nrtMemcpy(nullptr, nullptr, 0, static_cast<nrtMemcpyKind>(42)), NRT_ERROR_INVALID_VALUE);
+  EXPECT_EQ(nrtMemcpyAsync(nullptr, nullptr, 0, static_cast<nrtMemcpyKind>(0), defaultStream()),
+            NRT_ERROR_INVALID_VALUE);
+  // A destroyed stream is refused even for zero bytes.
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  NRT_OK(nrtStreamDestroy(s));
+  EXPECT_EQ(nrtMemcpyAsync(nullptr, nullptr, 0, nrtMemcpyDefault, s), NRT_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(nrtMemsetAsync(nullptr, 0, 0, s), NRT_ERROR_INVALID_HANDLE);
+}
+
+// Ranges are checked without overflow: a count that wraps the address space
+// or a host range that runs into a device arena is refused.
+TEST(Memory, RangesThatWrapOrRunIntoDeviceMemoryAreRefused) {
+  std::vector<char> host(64);
+  void* d;
+  NRT_OK(nrtMalloc(&d, 512, 0));
+  EXPECT_EQ(nrtMemcpy(d, host.data(), SIZE_MAX - 8, nrtMemcpyHostToDevice),
+            NRT_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(nrtGetLastErrorMessage()).find("wraps"), std::string::npos);
+  EXPECT_EQ(nrtMemsetAsync(d, 0, SIZE_MAX, defaultStream()), NRT_ERROR_INVALID_VALUE);
+  // A host pointer far below the arena with a count that reaches into it.
+  char* below = static_cast<char*>(d) - (size_t(1) << 40);
+  EXPECT_EQ(nrtMemcpy(host.data(), below, (size_t(1) << 40) + 16, nrtMemcpyDefault),
+            NRT_ERROR_INVALID_POINTER);
+  EXPECT_NE(std::string(nrtGetLastErrorMessage()).find("runs into device"), std::string::npos)
+      << nrtGetLastErrorMessage();
+  NRT_OK(nrtFree(d));
+}

@@ -18,20 +18,33 @@
  *   runtime and kernels may touch it: callers move data with the copy calls.
  *
  * Configuration (read once, at the first call into the runtime):
- *   NEURON_RT_NUM_CORES        cores the software chip has (default 2)
+ *   NEURON_RT_NUM_CORES        cores the software chip has, 0 to 64 (default 2)
  *   NEURON_RT_VISIBLE_CORES    which of them this process sees: "0,1", "1-3",
  *                              "2" (default: all)
  *   NEURON_RT_MEMORY_PER_CORE  arena capacity per core, bytes with optional
- *                              K/M/G suffix (default 8G)
- *   NEURON_RT_EXECUTOR_THREADS worker threads per core executing streams
- *                              (default 2)
+ *                              K/M/G/T suffix, 64M to 1T (default 8G)
+ *   NEURON_RT_EXECUTOR_THREADS worker threads per core executing streams,
+ *                              1 to 64 (default 2)
  *   NEURON_RT_COMPUTE_THREADS  threads a kernel may use for compute, reported
- *                              in the device properties (default: host cores)
+ *                              in the device properties, 1 to 1024 (default:
+ *                              host cores)
  *   NEURON_LAUNCH_BLOCKING     "1": launches and async copies run
  *                              synchronously on the calling thread and return
  *                              the kernel's status at once (debugging aid)
- * A malformed value makes every call fail with NRT_ERROR_INVALID_CONFIG and a
- * message naming the variable.
+ * A malformed or out-of-range value makes every call fail with
+ * NRT_ERROR_INVALID_CONFIG and a message naming the variable and its range.
+ *
+ * Processes: the device count, properties and current device need only the
+ * configuration; the first other call starts the devices (reserves arenas,
+ * starts executor threads). In a child forked after that, every call but
+ * those returns NRT_ERROR_FORKED: the child has neither the threads nor a
+ * live copy of device memory (start children with spawn instead).
+ *
+ * Kernels: a kernel must not wait for work queued behind itself.
+ * nrtStreamSynchronize / nrtStreamDestroy of its own stream,
+ * nrtDeviceSynchronize of its own device (and so a synchronous copy or
+ * memset on it) and nrtEventSynchronize of an event recorded after it on its
+ * stream return NRT_ERROR_INVALID_VALUE from inside a kernel.
  */
 #ifndef NEURON_RUNTIME_H_
 #define NEURON_RUNTIME_H_
@@ -66,7 +79,8 @@ typedef enum nrtStatus {
   NRT_ERROR_TIMING_DISABLED = 9,   /* elapsed time on a non-timing event     */
   NRT_ERROR_KERNEL_FAILED = 10,    /* a kernel on the stream reported failure */
   NRT_ERROR_INVALID_CONFIG = 11,   /* a malformed NEURON_RT_* variable       */
-  NRT_ERROR_INTERNAL = 12          /* the host refused a resource (threads)  */
+  NRT_ERROR_INTERNAL = 12,         /* the host refused a resource (threads)  */
+  NRT_ERROR_FORKED = 13            /* a child forked after the runtime started */
 } nrtStatus;
 
 /* Short constant name of a status, e.g. "NRT_ERROR_OUT_OF_MEMORY". Never NULL. */
@@ -143,7 +157,8 @@ NRT_API nrtStatus nrtMalloc(void** ptr, size_t size, int device);
 NRT_API nrtStatus nrtFree(void* ptr);
 
 /* Page-locked ("pinned") host memory, the fast source/target of async
- * copies. Errors: INVALID_VALUE, OUT_OF_MEMORY (the host refused). */
+ * copies. Errors: INVALID_VALUE, OUT_OF_MEMORY (the host refused, or a size
+ * too large to round up to whole pages). */
 NRT_API nrtStatus nrtHostAlloc(void** ptr, size_t size);
 
 /* Frees nrtHostAlloc memory. NULL is a no-op. Errors: INVALID_POINTER. */
@@ -180,10 +195,14 @@ typedef uint64_t nrtEvent_t;  /* 0 is never a valid event  */
 /* Copies count bytes and returns when the copy is done. Device ranges must
  * lie inside one live allocation. Ordering: like CUDA's legacy stream, a
  * synchronous copy first waits for all work queued on the involved devices.
- * Errors: INVALID_VALUE (NULL with count > 0, bad kind),
+ * A zero-byte copy touches no memory and is a no-op (NULL pointers allowed;
+ * the kind, and for async copies the stream, are still checked).
+ * Errors: INVALID_VALUE (NULL with count > 0, bad kind, a range that wraps
+ * around the address space),
  * INVALID_DIRECTION (a pointer is not of the kind named: e.g. HostToDevice
  * with a device source or a host destination), INVALID_POINTER (a device
- * range runs past its allocation), KERNEL_FAILED (a pending failure of the
+ * range runs past its allocation, a host range runs into device memory),
+ * KERNEL_FAILED (a pending failure of the
  * involved devices, reported once). */
 NRT_API nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyKind kind);
 
@@ -193,7 +212,8 @@ NRT_API nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyK
 NRT_API nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count,
                                  nrtMemcpyKind kind, nrtStream_t stream);
 
-/* Sets count bytes of device memory to (unsigned char)value.
+/* Sets count bytes of device memory to (unsigned char)value. count 0 is a
+ * no-op (the async form still checks its stream).
  * Errors: INVALID_VALUE, INVALID_POINTER (not inside one device allocation). */
 NRT_API nrtStatus nrtMemset(void* ptr, int value, size_t count);
 NRT_API nrtStatus nrtMemsetAsync(void* ptr, int value, size_t count, nrtStream_t stream);
