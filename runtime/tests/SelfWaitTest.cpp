@@ -1,6 +1,7 @@
 // SelfWaitTest.cpp — a kernel that waits for its own stream or device would
 // wait for itself forever; such calls return INVALID_VALUE at once.
 #include <string>
+#include <thread>
 
 #include "TestUtil.h"
 
@@ -24,7 +25,13 @@ nrtStatus waitingKernel(void* a) {
     case kStreamSync: st = nrtStreamSynchronize(nrtKernelCurrentStream()); break;
     case kDeviceSync: st = nrtDeviceSynchronize(w->device); break;
     case kOtherDeviceSync: st = nrtDeviceSynchronize(1 - w->device); break;
-    case kEventSync: st = nrtEventSynchronize(w->event); break;
+    case kEventSync:
+      // The host records the event right after launching us: wait until it
+      // has (the kernel may start first), bounded so a bug cannot hang.
+      for (int i = 0; i < 5000000 && nrtEventQuery(w->event) == NRT_ERROR_EVENT_NOT_RECORDED; ++i)
+        std::this_thread::yield();
+      st = nrtEventSynchronize(w->event);
+      break;
     case kStreamDestroy: st = nrtStreamDestroy(nrtKernelCurrentStream()); break;
     case kSyncCopy: {
       void* d = nullptr;
