@@ -844,6 +844,18 @@ WorkDesc describe(const Kernel& k) {
   return work;
 }
 
+// Whether a read tensor argument on the device is not contiguous.
+bool anyNonContiguousInput(const Plan& plan, const torch::jit::Stack& stack, size_t begin) {
+  bool found = false;
+  for (size_t i = 0; i < plan.writtenArg.size() && !found; ++i) {
+    if (plan.writtenArg[i]) continue;
+    forEachTensor(stack[begin + i], [&](const at::Tensor& t) {
+      found |= isNeuron(t) && !t.is_contiguous();
+    });
+  }
+  return found;
+}
+
 // Whether tensor `t` (a written argument) is passed as another argument too.
 bool readToo(const torch::jit::Stack& stack, size_t begin, size_t n, const at::Tensor& t) {
   int uses = 0;
@@ -930,7 +942,10 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     // non-contiguous out= of the right numel as it is, TensorIterator
     // restrides to the inputs' memory format, non-empty outs warn): the
     // synchronous path runs CPU's kernel on them as given.
-    if (w.device.numel() != 0 ||
+    // (With a non-contiguous input, CPU's TensorIterator gives an empty out=
+    // the input's memory format where a Python Meta kernel resizes it
+    // contiguously: abs(x) of a channels_last x.)
+    if (w.device.numel() != 0 || anyNonContiguousInput(*plan, *stack, begin) ||
         c10::IntArrayRef(m.strides) != c10::IntArrayRef(c10::contiguous_strides(m.sizes)))
       return false;
     w.device.resize_(m.sizes);
