@@ -64,6 +64,12 @@ from . import neuron  # noqa: E402
 
 if not hasattr(torch, _BACKEND_NAME):
     torch._register_device_module(_BACKEND_NAME, neuron)
+from . import _global_state, _serialization, _storage  # noqa: E402
+
+_storage.install(neuron)
+_serialization.install()
+_global_state.install()
+
 if not hasattr(torch.Tensor, _BACKEND_NAME):
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True

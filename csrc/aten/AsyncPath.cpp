@@ -22,14 +22,18 @@
 #include "core/Generator.h"
 #include "core/HostWait.h"
 
+#include <ATen/Context.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/strides.h>
 
 #include <algorithm>
 #include <atomic>
@@ -170,20 +174,58 @@ void markIneligible(const c10::OperatorHandle& op) { planFor(op)->eligible.store
 // ---------------------------------------------------------------------------
 // What the executor needs to rebuild each argument.
 
+// Tensors over one device storage become tensors over one CPU storage in
+// the kernel: CPU's kernels find aliasing by comparing storages (the
+// internal and partial overlap checks of index_put_, scatter_, ...), so
+// separate CPU storages over the same bytes would hide an overlap from them.
+struct CpuStorages {
+  c10::SmallVector<std::pair<void*, c10::Storage>, 4> byBase;
+  c10::Storage get(void* base, size_t nbytes) {
+    for (auto& [b, st] : byBase) {
+      if (b == base) {
+        if (st.nbytes() < nbytes) st.set_nbytes(nbytes);
+        return st;
+      }
+    }
+    c10::Storage st(c10::Storage::use_byte_size_t(), nbytes,
+                    c10::DataPtr(base, c10::Device(c10::DeviceType::CPU)), nullptr,
+                    /*resizable=*/false);
+    byBase.emplace_back(base, st);
+    return st;
+  }
+};
+
 struct TensorRef {
   void* data = nullptr;
   c10::SmallVector<int64_t, 5> sizes;
   c10::SmallVector<int64_t, 5> strides;
   at::ScalarType dtype = at::kFloat;
+  int64_t offset = 0;       // storage offset, in elements
+  size_t storageBytes = 0;  // of the device storage
 
-  explicit TensorRef(const at::Tensor& t)
-      : data(t.data_ptr()),
+  // A read tensor's memory is taken without materializing a copy-on-write
+  // storage (t + t._lazy_clone() keeps both lazy, as on CPU); a written one
+  // materializes it, as CPU's kernels do.
+  explicit TensorRef(const at::Tensor& t, bool written = true)
+      : data(written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr())),
         sizes(t.sizes().begin(), t.sizes().end()),
         strides(t.strides().begin(), t.strides().end()),
-        dtype(t.scalar_type()) {}
+        dtype(t.scalar_type()),
+        offset(t.storage_offset()),
+        storageBytes(t.has_storage() ? t.storage().nbytes() : 0) {}
 
   at::Tensor cpu() const {
     return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
+  }
+
+  at::Tensor cpu(CpuStorages& storages) const {
+    if (data == nullptr) return cpu();
+    void* base = static_cast<char*>(data) - offset * static_cast<int64_t>(c10::elementSize(dtype));
+    auto t = at::detail::make_tensor<c10::TensorImpl>(storages.get(base, storageBytes),
+                                                      c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                      c10::scalarTypeToTypeMeta(dtype));
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    return t;
   }
 };
 
@@ -195,22 +237,22 @@ struct ArgSlot {
   std::vector<c10::IValue> others;          // per list element when not a device tensor
 };
 
-c10::IValue rebuild(const ArgSlot& slot) {
+c10::IValue rebuild(const ArgSlot& slot, CpuStorages& storages) {
   switch (slot.kind) {
     case ArgSlot::kValue: return slot.value;
-    case ArgSlot::kTensor: return slot.tensors[0]->cpu();
+    case ArgSlot::kTensor: return slot.tensors[0]->cpu(storages);
     case ArgSlot::kTensorList: {
       c10::List<at::Tensor> list;
       list.reserve(slot.tensors.size());
       for (size_t i = 0; i < slot.tensors.size(); ++i)
-        list.push_back(slot.tensors[i] ? slot.tensors[i]->cpu() : slot.others[i].toTensor());
+        list.push_back(slot.tensors[i] ? slot.tensors[i]->cpu(storages) : slot.others[i].toTensor());
       return list;
     }
     case ArgSlot::kOptTensorList: {
       c10::List<std::optional<at::Tensor>> list;
       list.reserve(slot.tensors.size());
       for (size_t i = 0; i < slot.tensors.size(); ++i) {
-        if (slot.tensors[i]) list.push_back(slot.tensors[i]->cpu());
+        if (slot.tensors[i]) list.push_back(slot.tensors[i]->cpu(storages));
         else if (slot.others[i].isNone()) list.push_back(std::nullopt);
         else list.push_back(slot.others[i].toTensor());
       }
@@ -256,6 +298,15 @@ struct MetaResult {
   std::vector<TensorMeta> written;
   std::vector<std::optional<TensorMeta>> fresh;  // nullopt: an undefined result
   bool allFreshDefined = true;
+  // What the Meta pass warned (argument checks a kernel would warn about too,
+  // e.g. random_'s "from is out of bounds"): given at the op when the kernel
+  // is queued, and not again when the kernel raises the same warning.
+  std::vector<c10::Warning> warnings;
+  bool warnedAlready(const c10::Warning& w) const {
+    for (const auto& m : warnings)
+      if (m.msg() == w.msg()) return true;
+    return false;
+  }
   // Whether CPU's kernel agrees with this Meta pass (see VerdictCache).
   mutable std::atomic<int> verdict{kUnverified};
   // kFunctional: the out= overload disagrees but the functional kernel (its
@@ -331,6 +382,62 @@ bool keyValue(std::string& key, const c10::IValue& iv, bool floatsByType = false
   return false;
 }
 
+// Global state that an op's result depends on: the default dtype (integer
+// true division, factories' result dtypes) and the deterministic-algorithms
+// flags (ops that raise or choose another kernel under them). Part of both
+// keys, so a cached Meta pass or verdict never outlives the state it was
+// made under.
+void keyGlobals(std::string& key) {
+  keyPut<int8_t>(key, static_cast<int8_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  const auto& ctx = at::globalContext();
+  keyPut<int8_t>(key, static_cast<int8_t>(ctx.deterministicAlgorithms() |
+                                          (ctx.deterministicAlgorithmsWarnOnly() << 1) |
+                                          (ctx.deterministicFillUninitializedMemory() << 2)));
+}
+
+// How written tensors overlap themselves and other arguments. CPU's kernels
+// raise on internal overlap of a written tensor and on partial overlap of a
+// written tensor with an input (at::assert_no_internal_overlap,
+// assert_no_partial_overlap), so calls that differ in that relation are
+// different calls: keyed apart, a failing one is checked inline (and raises
+// at the op through the synchronous path) instead of being queued on the
+// strength of a call that did not overlap. Only tensors sharing a storage
+// can overlap, so lists of distinct tensors cost one sort.
+void keyAliasing(std::string& key, const std::vector<bool>& writtenArg,
+                 const torch::jit::Stack& stack, size_t begin) {
+  struct Entry {
+    const c10::StorageImpl* storage;
+    int16_t index;
+    bool written;
+    at::Tensor t;
+  };
+  c10::SmallVector<Entry, 8> entries;
+  int16_t index = 0;
+  for (size_t i = 0; i < writtenArg.size(); ++i) {
+    forEachTensor(stack[begin + i], [&](const at::Tensor& t) {
+      const int16_t pos = index++;
+      if (!isNeuron(t) || !t.has_storage()) return;
+      if (writtenArg[i]) {
+        keyPut<int8_t>(key, static_cast<int8_t>(at::has_internal_overlap(t)));
+      }
+      entries.push_back({t.storage().unsafeGetStorageImpl(), pos, writtenArg[i], t});
+    });
+  }
+  if (entries.size() < 2) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.storage != b.storage ? a.storage < b.storage : a.index < b.index;
+  });
+  for (size_t a = 0; a < entries.size(); ++a) {
+    for (size_t b = a + 1; b < entries.size() && entries[b].storage == entries[a].storage; ++b) {
+      if (!entries[a].written && !entries[b].written) continue;
+      keyPut<int8_t>(key, 'a');
+      keyPut(key, entries[a].index);
+      keyPut(key, entries[b].index);
+      keyPut<int8_t>(key, static_cast<int8_t>(at::get_overlap_status(entries[a].t, entries[b].t)));
+    }
+  }
+}
+
 // Meta kernels are not CPU's kernels: a few disagree with CPU's kernels
 // about a result's dtype, shape or strides (statistics of reduced-precision
 // norms, losses that reduce in place of their out=, svd's Vh). So the first
@@ -391,6 +498,8 @@ std::string kindKey(const void* plan, const torch::jit::Stack& stack, size_t beg
       keyPut<int8_t>(key, 'x');
     }
   }
+  keyGlobals(key);
+  keyAliasing(key, static_cast<const Plan*>(plan)->writtenArg, stack, begin);
   return key;
 }
 
@@ -406,7 +515,7 @@ bool prepTensor(const at::Tensor& t, bool written, bool out, c10::DeviceIndex de
   if (t.is_conj() || t.is_neg() || t.layout() != at::kStrided) return false;
   if (isNeuron(t)) {
     if (t.device().index() != device) return false;
-    ref->emplace(t);
+    ref->emplace(t, written);
     if (written) p.written.push_back({t, ref, out});
     return true;
   }
@@ -470,6 +579,8 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
       if (!keyValue(p.key, iv)) p.cacheable = false;
     }
   }
+  keyGlobals(p.key);
+  keyAliasing(p.key, plan.writtenArg, stack, begin);
   return true;
 }
 
@@ -498,7 +609,14 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
       if (t.defined()) writtenMeta.push_back(t);
     });
   }
+  // Held: given at the op only if the kernel is queued (the synchronous
+  // path gives CPU's own warnings instead).
+  struct Collect : c10::WarningHandler {
+    std::vector<c10::Warning> warnings;
+    void process(const c10::Warning& w) override { warnings.push_back(w); }
+  } held;
   try {
+    c10::WarningUtils::WarningHandlerGuard guard(&held);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::NotImplementedError&) {
     markIneligible(op);  // no Meta kernel, or a data-dependent result
@@ -512,6 +630,7 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
   }
   if (meta.size() != plan.returnArg.size()) return nullptr;
   auto result = std::make_shared<MetaResult>();
+  result->warnings = std::move(held.warnings);
   for (const at::Tensor& w : writtenMeta) result->written.emplace_back(w);
   for (size_t r = 0; r < plan.returnArg.size(); ++r) {
     if (plan.returnArg[r] >= 0) continue;
@@ -617,10 +736,11 @@ struct Kernel {
     at::AutoDispatchBelowADInplaceOrView below;
     torch::jit::Stack s;
     s.reserve(slots.size() + outs.size());
+    CpuStorages storages;
     // Every tensor the kernel may write, with the layout it must keep.
     c10::SmallVector<std::pair<at::Tensor, const TensorRef*>, 4> given;
     for (size_t i = 0; i < slots.size(); ++i) {
-      s.push_back(rebuild(slots[i]));
+      s.push_back(rebuild(slots[i], storages));
       if (!plan->writtenArg[i]) continue;
       const auto& refs = slots[i].tensors;
       if (s.back().isTensor() && !refs.empty() && refs[0]) {
@@ -633,7 +753,7 @@ struct Kernel {
     }
     if (viaOut) {
       for (const auto& o : outs) {
-        s.emplace_back(o->cpu());
+        s.emplace_back(o->cpu(storages));
         given.emplace_back(s.back().toTensor(), &*o);
       }
     }
@@ -669,7 +789,8 @@ struct Kernel {
     at::AutoDispatchBelowADInplaceOrView below;
     torch::jit::Stack s;
     s.reserve(slots.size());
-    for (const ArgSlot& slot : slots) s.push_back(copyOf(rebuild(slot)));
+    CpuStorages storages;
+    for (const ArgSlot& slot : slots) s.push_back(copyOf(rebuild(slot, storages)));
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
     size_t f = 0;
     for (size_t r = 0; r < plan->returnArg.size(); ++r) {
@@ -722,6 +843,18 @@ WorkDesc describe(const Kernel& k) {
   for (const auto& o : k.outs)
     if (o) work.writes.push_back(spanOf(*o));
   return work;
+}
+
+// Whether a read tensor argument on the device is not contiguous.
+bool anyNonContiguousInput(const Plan& plan, const torch::jit::Stack& stack, size_t begin) {
+  bool found = false;
+  for (size_t i = 0; i < plan.writtenArg.size() && !found; ++i) {
+    if (plan.writtenArg[i]) continue;
+    forEachTensor(stack[begin + i], [&](const at::Tensor& t) {
+      found |= isNeuron(t) && !t.is_contiguous();
+    });
+  }
+  return found;
 }
 
 // Whether tensor `t` (a written argument) is passed as another argument too.
@@ -910,6 +1043,17 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     // kernels do not) and the synchronous path raises CPU's error.
     if (!w.out || readToo(*stack, begin, numArgs, w.device))
       return refuse("a written tensor has the wrong size and cannot be resized");
+    // Only an empty out= tensor whose Meta layout is the contiguous one a
+    // resize gives; the rest is CPU's to decide, untouched (a factory keeps a
+    // non-contiguous out= of the right numel as it is, TensorIterator
+    // restrides to the inputs' memory format, non-empty outs warn): the
+    // synchronous path runs CPU's kernel on them as given.
+    // (With a non-contiguous input, CPU's TensorIterator gives an empty out=
+    // the input's memory format where a Python Meta kernel resizes it
+    // contiguously: abs(x) of a channels_last x.)
+    if (w.device.numel() != 0 || anyNonContiguousInput(*plan, *stack, begin) ||
+        c10::IntArrayRef(m.strides) != c10::IntArrayRef(c10::contiguous_strides(m.sizes)))
+      return refuse("an out= tensor CPU's kernel may lay out its own way");
     w.device.resize_(m.sizes);
     if (w.device.strides() != c10::IntArrayRef(m.strides))
       return refuse("a resized out= tensor has the wrong strides");
@@ -932,7 +1076,8 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   for (size_t i : p.generatorSlots) {
     c10::IValue& v = p.slots[i].value;
     at::Generator gen = v.isNone() ? getDefaultGenerator(device) : v.toGenerator();
-    if (gen.device().type() == kNeuron) v = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
+    checkNeuronGenerator(gen);
+    v = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
   }
 
   // The CPU kernel.
@@ -974,9 +1119,26 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (ranInline) {
     recordOp(plan->counters, OpPath::Inline);
   } else {
+    for (const auto& w : meta->warnings) c10::warn(w);
     launchWork(getCurrentStream(device), describe(kernel),
                    [kernel = std::move(kernel), meta]() {
-                     if (kernel.run()) return;
+                     // The kernel's warnings reach the user (KernelWarnings.h),
+                     // but not those already given at the op by the Meta pass.
+                     HeldWarnings held;
+                     bool ok = false;
+                     std::exception_ptr error;
+                     {
+                       c10::WarningUtils::WarningHandlerGuard guard(&held);
+                       try {
+                         ok = kernel.run();
+                       } catch (...) {
+                         error = std::current_exception();
+                       }
+                     }
+                     for (const auto& w : held.warnings)
+                       if (!meta->warnedAlready(w)) c10::warn(w);
+                     if (error) std::rethrow_exception(error);
+                     if (ok) return;
                      meta->verdict.store(MetaResult::kDisagrees, std::memory_order_release);
                      TORCH_CHECK(false, "CPU's kernel for ", kernel.plan->name,
                                  " did not write into the layout its Meta kernel gave for these "

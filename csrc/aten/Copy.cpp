@@ -18,6 +18,7 @@
 #include "core/HostWait.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -72,8 +73,9 @@ struct StridedRef {
   at::ScalarType dtype;
   bool conj, neg;
 
-  explicit StridedRef(const at::Tensor& t)
-      : data(t.data_ptr()),
+  // A source is read without materializing a copy-on-write storage.
+  explicit StridedRef(const at::Tensor& t, bool written)
+      : data(written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr())),
         sizes(t.sizes().begin(), t.sizes().end()),
         strides(t.strides().begin(), t.strides().end()),
         dtype(t.scalar_type()),
@@ -89,7 +91,7 @@ struct StridedRef {
 };
 
 nrtBufferRange spanOf(const at::Tensor& t) {
-  return bufferSpan(t.data_ptr(), t.sizes(), t.strides(), t.element_size());
+  return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
 }
 
 // Same-device copy with conversion (dtype, layout, conj/neg bits): CPU's
@@ -105,7 +107,7 @@ void copyOnDevice(const at::Tensor& src, const at::Tensor& dst) {
   work.reads.push_back(spanOf(src));
   work.writes.push_back(spanOf(dst));
   launchWork(getCurrentStream(dst.device().index()), work,
-             [s = StridedRef(src), d = StridedRef(dst)]() {
+             [s = StridedRef(src, false), d = StridedRef(dst, true)]() {
                at::AutoDispatchBelowADInplaceOrView below;
                d.cpu().copy_(s.cpu());
              });
@@ -175,12 +177,13 @@ void deviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
     void* host = dst.data_ptr();
     if (non_blocking && isPinnedPtr(host)) {
       auto stream = getCurrentStream(src.device().index());
-      NEURON_CHECK(nrtMemcpyAsync(host, src.data_ptr(), nbytes, nrtMemcpyDeviceToHost,
+      NEURON_CHECK(nrtMemcpyAsync(host, src.const_data_ptr(), nbytes, nrtMemcpyDeviceToHost,
                                   stream.handle()));
       getHostAllocator()->record_event(host, dst.storage().data_ptr().get_context(), stream);
     } else {
       noteHostWait(WaitCause::CopyToHost, "aten::copy_ (Device -> Host)");
-      NEURON_CHECK(nrtMemcpy(host, src.data_ptr(), nbytes, nrtMemcpyDeviceToHost));
+      NEURON_CHECK(nrtMemcpy(host, src.const_data_ptr(), nbytes, nrtMemcpyDeviceToHost));
+      flushKernelWarnings();  // of the work this copy waited for
     }
     return;
   }
@@ -192,8 +195,9 @@ void deviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blockin
   at::Tensor staging = at::empty_strided(dense_src.sizes(), dense_src.strides(),
                                          dst.options().dtype(dense_src.scalar_type()));
   noteHostWait(WaitCause::CopyToHost, "aten::copy_ (Device -> Host)");
-  NEURON_CHECK(nrtMemcpy(staging.data_ptr(), dense_src.data_ptr(), denseBytes(dense_src),
+  NEURON_CHECK(nrtMemcpy(staging.data_ptr(), dense_src.const_data_ptr(), denseBytes(dense_src),
                          nrtMemcpyDeviceToHost));
+  flushKernelWarnings();
   staging._set_conj(dense_src.is_conj());
   staging._set_neg(dense_src.is_neg());
   dst.copy_(staging);
@@ -218,7 +222,7 @@ void peerCopy(const at::Tensor& src, const at::Tensor& dst) {
   const auto srcStream = getCurrentStream(src.device().index());
   const auto dstStream = getCurrentStream(dst.device().index());
   streamWaits(dstStream, srcStream);
-  NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), src.data_ptr(), denseBytes(dst),
+  NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), src.const_data_ptr(), denseBytes(dst),
                               nrtMemcpyDeviceToDevice, dstStream.handle()));
   streamWaits(srcStream, dstStream);
 }
@@ -228,7 +232,7 @@ void deviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
   if (same_device) {
     c10::DeviceGuard guard(dst.device());
     if (sameDenseLayout(src, dst)) {
-      NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), src.data_ptr(), denseBytes(dst),
+      NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), src.const_data_ptr(), denseBytes(dst),
                                   nrtMemcpyDeviceToDevice,
                                   getCurrentStream(dst.device().index()).handle()));
     } else {
@@ -249,7 +253,7 @@ void deviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
   peerCopy(converted, moved);
   if (sameDenseLayout(moved, dst)) {
     c10::DeviceGuard guard(dst.device());
-    NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), moved.data_ptr(), denseBytes(dst),
+    NEURON_CHECK(nrtMemcpyAsync(dst.data_ptr(), moved.const_data_ptr(), denseBytes(dst),
                                 nrtMemcpyDeviceToDevice,
                                 getCurrentStream(dst.device().index()).handle()));
   } else {
@@ -261,6 +265,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   NEURON_RECORD_OP("aten::_copy_from", Native);
   TORCH_CHECK(self.defined() && dst.defined(), "_copy_from: undefined tensor");
   if (dst.numel() == 0) return dst;
+  // CPU's copy_ refuses these in its TensorIterator (copy_impl reaches
+  // _copy_from before building one for a neuron tensor): at the op, before
+  // anything is queued.
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);
   const at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   const bool src_dev = isNeuron(src), dst_dev = isNeuron(dst);
   if (src_dev && dst_dev) {
@@ -292,8 +301,9 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   c10::DeviceGuard guard(self.device());
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
   noteHostWait(WaitCause::ScalarRead, "aten::_local_scalar_dense");
-  NEURON_CHECK(nrtMemcpy(host.data_ptr(), self.data_ptr(), self.element_size(),
+  NEURON_CHECK(nrtMemcpy(host.data_ptr(), self.const_data_ptr(), self.element_size(),
                          nrtMemcpyDeviceToHost));
+  flushKernelWarnings();
   host._set_conj(self.is_conj());
   host._set_neg(self.is_neg());
   return at::_local_scalar_dense(host.resolve_conj().resolve_neg());

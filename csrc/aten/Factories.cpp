@@ -1,5 +1,6 @@
 // Factories: empty.memory_format and empty_strided over the caching allocator.
 #include "aten/Common.h"
+#include "aten/DeterministicFill.h"
 #include "core/HostWait.h"
 
 #include <ATen/EmptyTensor.h>
@@ -19,8 +20,13 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   lazyInit();
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "neuron tensors support only the strided layout, got ", *layout);
-  return at::detail::empty_generic(size, getDeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+  // CUDA's check and words: pinning is for host memory.
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  at::Tensor t = at::detail::empty_generic(size, getDeviceAllocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype), memory_format);
+  fillUninitializedIfDeterministic(t);
+  return t;
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -32,9 +38,13 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   lazyInit();
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "neuron tensors support only the strided layout, got ", *layout);
-  return at::detail::empty_strided_generic(size, stride, getDeviceAllocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           c10::dtype_or_default(dtype));
+  // CUDA's check and words: pinning is for host memory.
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  at::Tensor t = at::detail::empty_strided_generic(
+      size, stride, getDeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype));
+  fillUninitializedIfDeterministic(t);
+  return t;
 }
 
 }  // namespace

@@ -271,6 +271,17 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   AsyncVerify verify;
   if (target == nullptr && tryAsyncPath(op, stack, st.device, &verify)) return;
 
+  // Written tensors materialize a copy-on-write storage before their alias
+  // is made (the alias writes the device bytes directly); read ones do not
+  // (cpuStorageAlias takes the bytes without materializing), as on CPU.
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto* ai = arguments[i].alias_info();
+    if (ai == nullptr || !ai->isWrite()) continue;
+    forEachTensor((*stack)[begin + i], [](const at::Tensor& t) {
+      if (isNeuron(t) && t.has_storage()) (void)t.mutable_data_ptr();
+    });
+  }
+
   // Pass 2: replace arguments.
   for (size_t i = 0; i < num_args; ++i) {
     c10::IValue& iv = (*stack)[begin + i];
@@ -279,7 +290,9 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     auto convert = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined()) return t;
       if (isNeuron(t)) return aliasOf(st, t, written);
-      if (t.device().is_cpu() && t.dim() != 0 && !iv.isOptionalTensorList()) {
+      // A CPU scalar mixes with device tensors (as on CUDA), but nothing is
+      // written to CPU memory: a CPU out= tensor is a device mismatch.
+      if (t.device().is_cpu() && (t.dim() != 0 || written) && !iv.isOptionalTensorList()) {
         deviceMismatch(name, c10::Device(kNeuron, st.device), t.device());
       }
       return t;
@@ -290,9 +303,8 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       iv = c10::Device(c10::DeviceType::CPU);
     } else if (isKindOrOptional(arg.type(), c10::TypeKind::GeneratorType)) {
       at::Generator gen = iv.isNone() ? getDefaultGenerator(st.device) : iv.toGenerator();
-      if (gen.device().type() == kNeuron) {
-        iv = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
-      }
+      checkNeuronGenerator(gen);
+      iv = gen.get<NeuronGeneratorImpl>()->deriveCpuGenerator();
     }
   }
 

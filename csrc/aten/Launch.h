@@ -1,6 +1,7 @@
 // Enqueueing host closures as kernels on a neuron stream.
 #pragma once
 
+#include "core/KernelWarnings.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
@@ -13,6 +14,7 @@
 #include <type_traits>
 #include <memory>
 #include <utility>
+#include <vector>
 
 namespace torchneuron {
 
@@ -25,6 +27,13 @@ namespace detail {
 struct DeadClosure {
   DeadClosure* next = nullptr;
   void (*destroy)(DeadClosure*) = nullptr;
+  const char* name = "<unnamed kernel>";  // the work item's (static) name, for its warnings
+};
+
+// Collects the warnings a work item raises on the executor (KernelWarnings.h).
+struct CollectWarnings : c10::WarningHandler {
+  std::vector<c10::Warning> warnings;
+  void process(const c10::Warning& w) override { warnings.push_back(w); }
 };
 inline std::atomic<DeadClosure*>& deadClosures() {
   static std::atomic<DeadClosure*> head{nullptr};
@@ -58,6 +67,10 @@ template <class F>
 nrtStatus runClosure(void* args) {
   auto* closure = *static_cast<Closure<F>**>(args);
   nrtStatus status = NRT_SUCCESS;
+  CollectWarnings collected;
+  c10::WarningUtils::WarningHandlerGuard warningGuard(&collected);
+  const bool outer = inQueuedWork();
+  setInQueuedWork(true);
   try {
     closure->fn();
   } catch (const c10::Error& e) {
@@ -70,6 +83,8 @@ nrtStatus runClosure(void* args) {
     nrtKernelSetError("unknown exception");
     status = NRT_ERROR_KERNEL_FAILED;
   }
+  setInQueuedWork(outer);
+  if (!collected.warnings.empty()) stashKernelWarnings(closure->name, std::move(collected.warnings));
   buryClosure(closure);
   return status;
 }
@@ -102,13 +117,16 @@ inline nrtBufferRange bufferSpan(const void* data, c10::IntArrayRef sizes, c10::
 // Queues `fn` on `stream` as one work item; it runs on the device executor
 // in stream order. The closure must not own device memory (tensors): the
 // caching allocator's stream-ordered reuse keeps the memory valid; it must
-// capture raw pointers and metadata only. The closure is moved to the heap
-// once (no std::function wrapper): launches are on every op's path.
+// capture raw pointers and metadata only. `work.name` must live as long as
+// the process (a literal, an op's interned name): warnings the work raises
+// are reported under it later. The closure is moved to the heap once (no std::function wrapper): launches are on every op's path.
 template <class F>
 void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
   using Fn = std::decay_t<F>;
   detail::freeDeadClosures();
+  flushKernelWarnings();  // what earlier work raised, at the latest host call
   auto* heap = new detail::Closure<Fn>(Fn(std::forward<F>(fn)));
+  heap->name = work.name;
   nrtWorkDesc desc{};
   desc.name = work.name;
   desc.kind = work.kind;
@@ -123,6 +141,8 @@ void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
     // Not queued: we still own the closure.
     delete heap;
   }
+  // With NEURON_LAUNCH_BLOCKING=1 the work ran already: its warnings come at the op.
+  flushKernelWarnings();
   if (st != NRT_SUCCESS) {
     throwRuntimeError(st, "nrtLaunchWork", __FILE__, __LINE__);
   }

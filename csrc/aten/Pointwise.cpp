@@ -29,7 +29,9 @@ struct Operand {
   at::ScalarType dtype = at::kFloat;
   at::Tensor host;  // a CPU scalar operand, kept as is
 
-  static Operand of(const at::Tensor& t) {
+  // Inputs are read without materializing a copy-on-write storage (as on
+  // CPU); the output is materialized.
+  static Operand of(const at::Tensor& t, bool written = false) {
     Operand r;
     if (t.device().is_cpu()) {
       // A CPU scalar is read at launch time, like CUDA kernel arguments: a
@@ -38,7 +40,7 @@ struct Operand {
       r.host = t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
       return r;
     }
-    r.data = t.data_ptr();
+    r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
     r.sizes = at::DimVector(t.sizes());
     r.strides = at::DimVector(t.strides());
     r.dtype = t.scalar_type();
@@ -52,6 +54,17 @@ struct Operand {
 };
 
 enum class Kind { Add, Mul };
+
+bool fastDtype(at::ScalarType t) {
+  switch (t) {
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kHalf: case at::kFloat: case at::kDouble: case at::kBFloat16: case at::kBool:
+    case at::kComplexFloat: case at::kComplexDouble:
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool usableOperand(const at::Tensor& t, c10::Device device) {
   if (!t.defined() || t.is_conj() || t.is_neg()) return false;
@@ -87,7 +100,7 @@ at::Tensor allocateOutput(c10::IntArrayRef shape, at::ScalarType dtype, const at
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
              const at::Tensor& b, const at::Scalar& alpha) {
   auto stream = getCurrentStream(out.device().index());
-  launchOnStream(stream, name, [kind, ro = Operand::of(out), ra = Operand::of(a),
+  launchOnStream(stream, name, [kind, ro = Operand::of(out, /*written=*/true), ra = Operand::of(a),
                                 rb = Operand::of(b), alpha]() {
     at::Tensor o = ro.cpu();
     if (kind == Kind::Add) {
@@ -108,6 +121,11 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   const c10::Device device = self.device();
   if (!usableOperand(self, device) || !usableOperand(other, device)) return {};
   if (self.scalar_type() == at::kBool && kind == Kind::Add) return {};
+  // Only dtypes CPU's add and mul kernels have: the others (uint16/32/64,
+  // float8) take the generic path, which raises CPU's NotImplementedError at
+  // the op instead of failing a queued kernel.
+  for (const at::Tensor* t : {&self, &other})
+    if (!fastDtype(t->scalar_type())) return {};
   at::ScalarType rtype;
   at::DimVector shape;
   try {

@@ -1,5 +1,6 @@
 // Views and metadata ops: as_strided, view, _reshape_alias, resize_, set_.
 #include "aten/Common.h"
+#include "aten/DeterministicFill.h"
 
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -35,6 +36,11 @@ void ensureStorageFits(const at::Tensor& self) {
       impl->sizes(), impl->strides(), impl->dtype().itemsize(), impl->storage_offset());
   const c10::Storage& storage = impl->unsafe_storage();
   if (needed > storage.nbytes()) {
+    // CPU's words (resize_bytes_cpu): a storage that is not resizable — one
+    // loaded from a checkpoint, say — never grows to fit a view, so a view
+    // longer than its storage (a crafted checkpoint) is refused, not given
+    // memory it does not own.
+    TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
     resizeStorageBytes(storage, needed);
   }
 }
@@ -44,6 +50,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   NEURON_RECORD_OP("aten::resize_", Native);
   c10::OptionalDeviceGuard guard(self.device());
   auto* impl = self.unsafeGetTensorImpl();
+  const size_t oldBytes = impl->unsafe_storage() ? impl->unsafe_storage().nbytes() : 0;
   at::native::resize_impl_cpu_(impl, size, /*stride=*/std::nullopt, /*resize_storage=*/false);
   if (memory_format.has_value()) {
     const auto fmt = *memory_format;
@@ -52,6 +59,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
     impl->empty_tensor_restride(fmt);
   }
   ensureStorageFits(self);
+  fillResizedIfDeterministic(self, oldBytes);  // as CPU's resize_
   return self;
 }
 

@@ -12,6 +12,7 @@
 
 #include <ATen/core/Generator.h>
 #include <c10/core/GeneratorImpl.h>
+#include <c10/util/Exception.h>
 
 #include <mutex>
 
@@ -53,5 +54,14 @@ class NeuronGeneratorImpl : public c10::GeneratorImpl {
 const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index = -1);
 // A fresh generator for a device (-1: current device).
 at::Generator createGenerator(c10::DeviceIndex device_index = -1);
+
+// An op on a neuron device draws from a neuron generator: a CPU (or other)
+// generator is refused with CUDA's words for the same mistake, never
+// silently consumed.
+inline void checkNeuronGenerator(const at::Generator& gen) {
+  TORCH_CHECK(gen.device().type() == c10::DeviceType::PrivateUse1, "Expected a '",
+              c10::DeviceType::PrivateUse1, "' device type for generator but found '",
+              gen.device().type(), "'");
+}
 
 }  // namespace torchneuron

@@ -2,6 +2,7 @@
 // torch.Event, DeviceGuard, torch.accelerator).
 #include "core/DeviceAllocator.h"
 #include "core/HostWait.h"
+#include "core/KernelWarnings.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
@@ -123,6 +124,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event == nullptr) return;
     noteHostWait(WaitCause::Synchronize, "Event.synchronize");
     const nrtStatus st = nrtEventSynchronize(toEvent(event));
+    flushKernelWarnings();
     if (st == NRT_ERROR_EVENT_NOT_RECORDED) return;
     NEURON_CHECK(st);
   }
@@ -150,7 +152,9 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     const auto device = resolveDevice(device_index);
     if (!isInitialized()) return;
     noteHostWait(WaitCause::Synchronize, "synchronize");
-    NEURON_CHECK(nrtDeviceSynchronize(device));
+    const nrtStatus st = nrtDeviceSynchronize(device);
+    flushKernelWarnings();
+    NEURON_CHECK(st);
   }
 
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {

@@ -1,6 +1,8 @@
 // HostWait.cpp — see HostWait.h.
 #include "core/HostWait.h"
 
+#include "core/KernelWarnings.h"
+
 #include <c10/util/Exception.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 
@@ -45,6 +47,9 @@ const char* waitCauseName(WaitCause cause) {
 }
 
 void noteHostWait(WaitCause cause, const std::string& op, bool withStack) {
+  // Warnings of work that finished before this wait (not under a lock: a
+  // warning handler may take the GIL).
+  if (withStack) flushKernelWarnings();
   Log& l = log();
   l.counts[static_cast<size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
   const int mode = gSyncDebugMode.load(std::memory_order_relaxed);

@@ -1,5 +1,7 @@
 #include "core/Stream.h"
 
+#include "core/KernelWarnings.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -134,7 +136,11 @@ bool NeuronStream::query() const {
   return true;
 }
 
-void NeuronStream::synchronize() const { NEURON_CHECK(nrtStreamSynchronize(handle())); }
+void NeuronStream::synchronize() const {
+  const nrtStatus st = nrtStreamSynchronize(handle());
+  flushKernelWarnings();  // the warnings of the work waited for, with its errors
+  NEURON_CHECK(st);
+}
 
 NeuronStream getDefaultStream(c10::DeviceIndex device) {
   device = resolveDevice(device);

@@ -3,6 +3,7 @@
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncPath.h"
 #include "core/HostWait.h"
+#include "core/KernelWarnings.h"
 #include "aten/Common.h"
 #include "aten/OpTracking.h"
 
@@ -16,7 +17,9 @@ void drainDevicesAtExit() noexcept;  // core/Runtime.cpp
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -139,8 +142,22 @@ PYBIND11_MODULE(_C, m) {
   m.def("_synchronize", [](int d) {
     lazyInit();
     noteHostWait(WaitCause::Synchronize, "synchronize");
-    py::gil_scoped_release no_gil;
-    NEURON_CHECK(nrtDeviceSynchronize(resolveDevice(static_cast<c10::DeviceIndex>(d))));
+    nrtStatus st;
+    {
+      py::gil_scoped_release no_gil;
+      st = nrtDeviceSynchronize(resolveDevice(static_cast<c10::DeviceIndex>(d)));
+    }
+    {
+      // Warnings of the queued work waited for, as Python warnings.
+      torch::PyWarningHandler python_warnings;
+      flushKernelWarnings();
+    }
+    NEURON_CHECK(st);
+  });
+  // Checkpoint storages are not resizable, as on CPU (torchneuron/_serialization.py).
+  m.def("_set_storage_resizable", [](const py::object& storage, bool resizable) {
+    c10::Storage s = torch::createStorage(storage.ptr());
+    s.unsafeGetStorageImpl()->set_resizable(resizable);
   });
   m.def("_get_device_properties", &pyDeviceProperties);
   m.def("_stream_priority_range", [](int d) {

@@ -199,6 +199,7 @@ void Executor::workerLoop() {
             // the stream finished also sees the failure.
             std::lock_guard<std::mutex> g(mu_);
             if (!s->error || s->error->reported.load()) s->error = failure;
+            else s->error->later.fetch_add(1);  // reported with the first one
             errorBefore = failure;
           }
           break;

@@ -24,11 +24,19 @@ struct KernelError {
   nrtStatus status;
   std::string message;
   std::atomic<bool> reported{false};
+  // Failures queued on the same stream after this one and before it was
+  // reported: each is counted (the first is the one reported in full, as
+  // it may have caused the rest).
+  std::atomic<uint64_t> later{0};
 
   // Returns the failure if nobody has reported it yet, SUCCESS otherwise.
   nrtStatus reportOnce() {
     if (reported.exchange(true)) return NRT_SUCCESS;
-    return fail(status, message);
+    const uint64_t more = later.load();
+    if (more == 0) return fail(status, message);
+    return fail(status, message + " (and " + std::to_string(more) + " later kernel failure" +
+                            (more == 1 ? "" : "s") +
+                            " on this stream before this synchronization; the first is reported)");
   }
 };
 using KernelErrorPtr = std::shared_ptr<KernelError>;
