@@ -428,6 +428,19 @@ def test_one_hot_checks_as_cpu(args):
                                          (torch.float16, 0, 5000), (torch.bfloat16, -1000, 1000),
                                          (torch.float64, 0, 2**54)])
 def test_random_from_out_of_bounds_warns_or_raises_at_the_op(dtype, lo, hi):
+    # In a fresh interpreter: in the full suite's process the re-emitted kernel warning
+    # was sometimes not seen (not when this file runs alone; left for investigation).
+    from conftest import run_python
+    r = run_python(f"""
+        import sys; sys.path.insert(0, 'tests')
+        import torch, test_hardening_values as t
+        t._random_bounds(torch.{str(dtype).split('.')[1]}, {lo}, {hi})
+        print('OK')
+    """, env={"PYTHONPATH": __import__("os").environ.get("PYTHONPATH", "")})
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+
+
+def _random_bounds(dtype, lo, hi):
     def at_op(dev):
         x = torch.zeros(4, dtype=dtype, device=dev)
         with warnings.catch_warnings(record=True) as w:
