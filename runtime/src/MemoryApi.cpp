@@ -57,13 +57,26 @@ nrtStatus classify(Runtime* rt, const void* p, size_t count, const char* what, R
 }
 
 // The profiler's names for copies (CUDA's, so tools that group by them work).
-const char* copyName(nrtMemcpyKind kind, int dstDev, int srcDev) {
-  (void)kind;
+const char* copyName(int dstDev, int srcDev) {
   if (dstDev >= 0 && srcDev >= 0) return dstDev == srcDev ? "Memcpy DtoD (Device -> Device)"
                                                           : "Memcpy PtoP (Device -> Device)";
   if (dstDev >= 0) return "Memcpy HtoD (Host -> Device)";
   if (srcDev >= 0) return "Memcpy DtoH (Device -> Host)";
   return "Memcpy HtoH (Host -> Host)";
+}
+
+// The work item of a copy from *read to *write (same length), synchronous or queued.
+nrtWorkDesc copyWork(int dstDev, int srcDev, const nrtBufferRange* read,
+                     const nrtBufferRange* write) {
+  nrtWorkDesc desc{};
+  desc.name = copyName(dstDev, srcDev);
+  desc.kind = nrtWorkCopy;
+  desc.bytes = read->bytes;
+  desc.reads = read;
+  desc.numReads = 1;
+  desc.writes = write;
+  desc.numWrites = 1;
+  return desc;
 }
 
 const char* kindName(nrtMemcpyKind k) {
@@ -215,14 +228,7 @@ nrtStatus nrtMemcpy(void* dst, const void* src, size_t count, nrtMemcpyKind kind
   nrtActivityRecord* rec = nullptr;
   if (activity::recording() && device >= 0) {
     const nrtBufferRange read{src, count}, write{dst, count};
-    nrtWorkDesc desc{};
-    desc.name = copyName(kind, dstDev, srcDev);
-    desc.kind = nrtWorkCopy;
-    desc.bytes = count;
-    desc.reads = &read;
-    desc.numReads = 1;
-    desc.writes = &write;
-    desc.numWrites = 1;
+    const nrtWorkDesc desc = copyWork(dstDev, srcDev, &read, &write);
     Device* d = rt->device(device, &st);
     rec = activity::begin(desc, activity::nextWorkId(), d ? d->defaultStream : 0, device);
   }
@@ -241,14 +247,7 @@ nrtStatus nrtMemcpyAsync(void* dst, const void* src, size_t count, nrtMemcpyKind
   if (count == 0) return lookupStream(rt, stream, &st) ? NRT_SUCCESS : st;  // nothing to queue
   CopyArgs args{dst, src, count};
   const nrtBufferRange read{src, count}, write{dst, count};
-  nrtWorkDesc desc{};
-  desc.name = copyName(kind, dstDev, srcDev);
-  desc.kind = nrtWorkCopy;
-  desc.bytes = count;
-  desc.reads = &read;
-  desc.numReads = 1;
-  desc.writes = &write;
-  desc.numWrites = 1;
+  const nrtWorkDesc desc = copyWork(dstDev, srcDev, &read, &write);
   return nrtLaunchWork(stream, &desc, copyKernel, &args, sizeof args, nullptr);
 }
 
