@@ -47,7 +47,7 @@ tsan: deps
 	@cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEURON_BUILD_BENCH=OFF \
 	  -DNEURON_SANITIZE=thread >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j 1
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1 ctest --output-on-failure -j 1
 
 sanitize: asan tsan
 
