@@ -503,6 +503,13 @@ Operand pickOperand(Reader& r) {
       o.kind = Operand::kBuffer;
       o.offset = b.extent ? off % (b.extent + 1) : 0;
       o.ptr = b.ptr + o.offset;
+      // One past the end of b may be the start of the next allocation: the
+      // runtime sees addresses, not provenance, so that is where it points.
+      if (o.offset == b.extent)
+        if (Buffer* next = liveDeviceAt(o.ptr)) {
+          o.buf = next;
+          o.offset = 0;
+        }
       return o;
     }
     case 3: {  // pinned host memory
