@@ -12,6 +12,7 @@ void Event::reset(unsigned newFlags, uint32_t slotIndex) {
   std::lock_guard<std::mutex> lk(mu);
   flags = newFlags;
   firstGeneration = recorded;
+  outstanding.clear();  // markers of the past life are ignored (gen <= firstGeneration)
   recordedOn = 0;
   timestampNs = 0;
   error.reset();
@@ -32,12 +33,22 @@ std::vector<Stream*> Event::complete(uint64_t gen, KernelErrorPtr errorBefore) {
                     .count();
   std::vector<Stream*> wake;
   std::lock_guard<std::mutex> lk(mu);
-  if (gen <= firstGeneration || gen <= completed.load(std::memory_order_relaxed)) return wake;
-  completed.store(gen, std::memory_order_release);
-  timestampNs = now;
-  error = std::move(errorBefore);
+  if (gen <= firstGeneration) return wake;  // a marker of a past life
+  for (size_t i = 0; i < outstanding.size(); ++i)
+    if (outstanding[i] == gen) {
+      outstanding[i] = outstanding.back();
+      outstanding.pop_back();
+      break;
+    }
+  // The event's state (query, synchronize, timing) is its latest record's:
+  // an older record that completes late changes only its own waits.
+  if (gen > completed.load(std::memory_order_relaxed)) {
+    completed.store(gen, std::memory_order_release);
+    timestampNs = now;
+    error = std::move(errorBefore);
+  }
   for (size_t i = 0; i < parkedStreams.size();) {
-    if (parkedStreams[i].second <= gen) {
+    if (doneLocked(parkedStreams[i].second)) {
       wake.push_back(parkedStreams[i].first);
       parkedStreams[i] = parkedStreams.back();
       parkedStreams.pop_back();
@@ -49,9 +60,16 @@ std::vector<Stream*> Event::complete(uint64_t gen, KernelErrorPtr errorBefore) {
   return wake;
 }
 
+bool Event::doneLocked(uint64_t gen) const {
+  if (gen <= firstGeneration) return true;
+  for (uint64_t g : outstanding)
+    if (g == gen) return false;
+  return true;
+}
+
 bool Event::parkUntil(uint64_t gen, Stream* s) {
   std::lock_guard<std::mutex> lk(mu);
-  if (completed.load(std::memory_order_relaxed) >= gen) return false;
+  if (doneLocked(gen)) return false;
   parkedStreams.emplace_back(s, gen);
   return true;
 }

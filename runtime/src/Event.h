@@ -25,6 +25,10 @@ struct Event {
   uint64_t recorded = 0;         // latest record's generation
   nrtStream_t recordedOn = 0;    // stream of the latest record
   std::atomic<uint64_t> completed{0};  // highest generation whose marker ran
+  // Generations recorded whose markers have not run. Records on different
+  // streams complete in any order; a wait is for its own record (as CUDA's
+  // cudaStreamWaitEvent captures the record it saw), not the latest one.
+  std::vector<uint64_t> outstanding;
   int64_t timestampNs = 0;       // when the marker of `completed` ran
   KernelErrorPtr error;          // failure queued before the completed record
   int syncWaiters = 0;
@@ -50,6 +54,9 @@ struct Event {
   // the streams to resume (the caller resumes them, outside its locks) and
   // drops the reference of each of their waits.
   std::vector<Stream*> complete(uint64_t gen, KernelErrorPtr errorBefore);
+
+  // Whether the marker of generation gen ran (call with mu held).
+  bool doneLocked(uint64_t gen) const;
 
   // If generation gen is done, returns false; otherwise remembers that s
   // must be resumed when it is, and returns true (the stream parks).

@@ -73,6 +73,7 @@ nrtStatus nrtEventRecord(nrtEvent_t event, nrtStream_t stream) {
   {
     std::lock_guard<std::mutex> lk(e->mu);
     t.generation = ++e->recorded;
+    e->outstanding.push_back(t.generation);
     e->recordedOn = stream;
   }
   e->ref();  // dropped when the record has run
@@ -160,7 +161,7 @@ nrtStatus nrtStreamWaitEvent(nrtStream_t stream, nrtEvent_t event) {
     std::lock_guard<std::mutex> lk(e->mu);
     if (e->recorded == e->firstGeneration) return notRecorded(event);
     t.generation = e->recorded;
-    if (e->completed.load(std::memory_order_relaxed) >= t.generation) return NRT_SUCCESS;
+    if (e->doneLocked(t.generation)) return NRT_SUCCESS;
     // Recorded on this very stream: stream order already guarantees it.
     if (e->recordedOn == stream) return NRT_SUCCESS;
   }

@@ -70,6 +70,33 @@ TEST(Event, QueryAndSynchronizeFollowTheStream) {
   NRT_OK(nrtStreamDestroy(s));
 }
 
+// A wait is for the record it saw (as cudaStreamWaitEvent): recording the
+// event again on an idle stream, which completes at once, must not release a
+// stream that waits for the earlier record, still behind a closed gate.
+TEST(Event, WaitIsForItsOwnRecordNotALaterOne) {
+  if (launchBlocking()) GTEST_SKIP() << "a gate kernel would block the launching thread";
+  nrtStream_t gated, waiter, idle;
+  NRT_OK(nrtStreamCreate(&gated, 0, 0));
+  NRT_OK(nrtStreamCreate(&waiter, 0, 0));
+  NRT_OK(nrtStreamCreate(&idle, 0, 0));
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, 0));
+  gateOpen = false;
+  NRT_OK(nrtLaunchKernel(gated, "gate", gateKernel, nullptr, 0));
+  NRT_OK(nrtEventRecord(e, gated));
+  NRT_OK(nrtStreamWaitEvent(waiter, e));
+  NRT_OK(nrtEventRecord(e, idle));
+  NRT_OK(nrtStreamSynchronize(idle));
+  NRT_OK(nrtEventQuery(e));  // the event's state is its latest record's
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(nrtStreamQuery(waiter), NRT_ERROR_NOT_READY);
+  gateOpen = true;
+  NRT_OK(nrtStreamSynchronize(waiter));
+  NRT_OK(nrtStreamSynchronize(gated));
+  NRT_OK(nrtEventDestroy(e));
+  for (nrtStream_t s : {gated, waiter, idle}) NRT_OK(nrtStreamDestroy(s));
+}
+
 TEST(Event, ElapsedTime) {
   nrtStream_t s = defaultStream(1);
   nrtEvent_t a, b, noTiming;
