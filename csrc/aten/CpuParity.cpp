@@ -14,6 +14,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/_fused_sdp_choice_native.h>
 #include <torch/library.h>
 
 #include <mutex>
@@ -25,6 +26,26 @@ namespace {
 
 void genericEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   genericFallback(op, stack);
+}
+
+// Convolutions give their results in the memory format PyTorch's own rules
+// name for this device: for a backend other than CPU/CUDA/XPU/MPS that is the
+// contiguous format (at::native::_determine_backend_memory_format of the
+// Overrideable backend; FakeTensor, and so torch.compile and export, predict
+// the same). CPU's kernel, which computes them, keeps channels_last inputs
+// channels_last: the values are CPU's, laid out contiguously (a queued copy).
+void convolutionEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  genericFallback(op, stack);
+  const size_t n = op.schema().returns().size();
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    c10::IValue& iv = (*stack)[i];
+    if (!iv.isTensor()) continue;
+    const at::Tensor& t = iv.toTensor();
+    if (t.defined() && t.dim() >= 3 && !t.is_contiguous()) iv = t.contiguous();
+  }
+}
+bool isConvolution(const std::string& name) {
+  return name == "aten::convolution" || name == "aten::convolution_backward";
 }
 
 // A CPU view of a device tensor for kernels that read metadata only
@@ -62,16 +83,17 @@ const std::unordered_set<std::string>& explicitOps() {
   return ops;
 }
 
-// scaled_dot_product_attention asks this stub which kernel to use; we answer
-// what CPU would answer, so neuron runs CPU's attention kernel (flash
-// attention for CPU where it applies) and matches CPU bit for bit.
+// scaled_dot_product_attention asks this stub which kernel to use (through
+// _fused_sdp_choice's Meta kernel, so also while tracing with fake tensors);
+// we answer what CPU would answer, so neuron runs CPU's attention kernel
+// (flash attention for CPU where it applies) and matches CPU bit for bit.
+// CPU's choice reads sizes, strides, dtypes and requires_grad only, so it is
+// called on the tensors as they are: real, fake or with symbolic sizes.
+// (Re-dispatching on CPU aliases would hand real tensors to a fake mode.)
 int64_t fusedSdpChoice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const std::optional<at::Tensor>& mask, double dropout, bool causal,
                        std::optional<double> scale, bool gqa) {
-  std::optional<at::Tensor> m;
-  if (mask.has_value()) m = metadataAlias(*mask);
-  return at::_fused_sdp_choice(metadataAlias(q), metadataAlias(k), metadataAlias(v), m, dropout,
-                               causal, scale, gqa);
+  return at::native::_fused_sdp_choice_cpp(q, k, v, mask, dropout, causal, scale, gqa);
 }
 
 }  // namespace
@@ -114,8 +136,9 @@ void registerCpuParityKernels() {
     for (auto& [name, meta] : todo) {
       names.push_back(name);
       lib->impl(names.back().c_str(),
-                meta ? torch::CppFunction::makeFromBoxedFunction<&metadataOnly>()
-                     : torch::CppFunction::makeFromBoxedFunction<&genericEntry>());
+                meta                 ? torch::CppFunction::makeFromBoxedFunction<&metadataOnly>()
+                : isConvolution(name) ? torch::CppFunction::makeFromBoxedFunction<&convolutionEntry>()
+                                      : torch::CppFunction::makeFromBoxedFunction<&genericEntry>());
     }
   });
 }

@@ -16,6 +16,7 @@ void drainDevicesAtExit() noexcept;  // core/Runtime.cpp
 #include "core/Generator.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
+#include "inductor/CompiledLaunch.h"
 
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
@@ -227,5 +228,13 @@ PYBIND11_MODULE(_C, m) {
     nrtPointerAttributes attr{};
     NEURON_CHECK(nrtPointerGetAttributes(&attr, reinterpret_cast<void*>(p)));
     return attr.type == nrtMemoryTypeDevice ? attr.device : -1;
+  });
+  m.def("_compiled_kernel_handle", [](const std::string& name, int device) {
+    return reinterpret_cast<uintptr_t>(torchneuron_compiled_kernel(name.c_str(), device));
+  });
+  // The C entry points compiled kernel modules call (inductor/CompiledLaunch.h).
+  m.def("_compiled_launch_entry_points", [] {
+    return py::make_tuple(reinterpret_cast<uintptr_t>(&torchneuron_compiled_kernel),
+                          reinterpret_cast<uintptr_t>(&torchneuron_launch_compiled));
   });
 }
