@@ -17,7 +17,7 @@ export CCACHE_NOHASHDIR := 1
 
 .PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests conformance clean fuzz fuzz-build fuzz-short \
-        reliability exit-stress
+        reliability exit-stress bench-compile
 
 all: build
 
@@ -138,12 +138,17 @@ bench-py: backend
 	$(PYTHON) bench/bench_small_ops.py
 	$(PYTHON) bench/bench_train_step.py
 
+# torch.compile: compiled neuron vs compiled CPU vs eager CPU, and compile time.
+bench-compile: backend
+	$(PYTHON) bench/bench_compile.py
+
 runtime-demo: build
 	./build/examples/runtime_demo
 
-# The main job: a small GPT trained on neuron and on CPU, compared step by step.
+# The main job: a small GPT trained on neuron and on CPU, compared step by step,
+# eager and under torch.compile.
 demo: backend
-	$(PYTHON) examples/train_gpt.py
+	$(PYTHON) examples/train_gpt.py --compile
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -84,6 +84,13 @@ def __getattr__(name: str) -> Any:
         from . import _device
 
         return _device.is_initialized()
+    # Inductor looks these up to register the device: the lookup registers
+    # neuron with Inductor (torchneuron/compiler; it imports Inductor, so only
+    # when Inductor asks).
+    if name in ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen"):
+        from .compiler import registration_lookup
+
+        return registration_lookup(name)
     raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
 
 
