@@ -287,8 +287,13 @@ def test_compile_modes_run(mode):
     assert all(_bitwise(g, ref) for g in got)
 
 
-@torch.library.custom_op("torchneuron_test::twice", mutates_args=())
+@torch.library.custom_op("torchneuron_test::twice", mutates_args=(), device_types="neuron")
 def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2  # the neuron kernel
+
+
+@_twice.register_kernel("cpu")
+def _(x):
     return x * 2
 
 

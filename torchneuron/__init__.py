@@ -79,6 +79,11 @@ from . import _multiprocessing  # noqa: E402
 
 _multiprocessing.register_reducers()
 
+# FlexAttention's hard-coded device list (the one shim of torch; see the file).
+from . import _flex_attention_shim  # noqa: E402
+
+_flex_attention_shim.install()
+
 from .neuron import (  # noqa: E402,F401
     Event,
     Stream,

@@ -57,7 +57,8 @@ int torchneuron_launch_compiled(const void* kernel, void (*run)(const void*), co
   try {
     TORCH_CHECK(k && run, "torchneuron_launch_compiled: no kernel");
     // The argument block, 8-byte aligned as the kernel module's struct is.
-    c10::SmallVector<uint64_t, 16> block((size + 7) / 8);
+    c10::SmallVector<uint64_t, 16> block;
+    block.resize_for_overwrite((size + 7) / 8);
     if (size) std::memcpy(block.data(), args, size);
     WorkDesc work;
     work.name = k->name.c_str();

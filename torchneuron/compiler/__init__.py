@@ -44,11 +44,12 @@ def register() -> None:
 
         from . import config
         from .device_interface import NeuronInterface
+        from .flex_attention import FlexAttentionToMath
         from .wrapper import NeuronDeviceOpOverrides, NeuronWrapperCodegen
 
         register_backend_for_device(
             "neuron", CppScheduling, NeuronWrapperCodegen, CppWrapperCpu, WrapperFxCodegen,
-            device_custom_config=config)
+            device_custom_pass=FlexAttentionToMath(), device_custom_config=config)
         register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
         register_interface_for_device("neuron", NeuronInterface)
         for i in range(NeuronInterface.device_count()):
