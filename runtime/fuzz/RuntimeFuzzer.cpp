@@ -48,19 +48,13 @@ namespace {
 // ---------------------------------------------------------------------------
 // Known bugs, skipped under NRT_FUZZ_SKIP_KNOWN=1. Each entry is the exact
 // call shape that hits one (NRT_FUZZ_TRACE=1 prints an input's calls).
-//   K1 nrtHostAlloc(&p, n) with n > SIZE_MAX - 4095: rounding to a page wraps,
-//      the call succeeds with a tiny block (heap overflow on first write).
-//   K2 nrtMemcpyAsync of 0 bytes with a NULL pointer reaches
-//      memcpy(NULL, NULL, 0) on the executor (UBSan: null passed as nonnull).
+//   (K1 huge nrtHostAlloc sizes, K2 zero-byte async copies with NULL and K5
+//   out-of-range copy kinds are fixed; their inputs are in corpus/.)
 //   K3 a second kernel failure on a device before the first is reported is
 //      dropped: the stream keeps only its first unreported failure, and
 //      nrtDeviceSynchronize returns one stream's failure and silently marks
 //      the others' reported. Skipped: launching a failing kernel on a device
 //      that already has an unreported failure.
-//   K5 an enum argument outside the enum's range (nrtMemcpy kind -1, as a C
-//      caller may pass) is loaded as the C++ enum before it is checked:
-//      undefined behaviour (UBSan: load of value ... not valid for type
-//      'nrtMemcpyKind'). Skipped: kind -1 (0 and 5 are in the enum's range).
 //   K4 zero-byte copies and memsets check pointers and direction as if they
 //      touched memory (a zero-byte copy with a freed or wrong-kind pointer
 //      fails). Not skipped: the model accepts either answer for now.
@@ -829,10 +823,6 @@ void opHostAlloc(Reader& r) {
     default: size = kSizes[sc % 7];
   }
   bool nullOut = (sc & 0xc0) == 0xc0;
-  if (gSkipKnown && size > SIZE_MAX - 4095) {
-    trace("skipped nrtHostAlloc(%zu) [known bug K1]", size);
-    return;
-  }
   int slot = -1;
   for (int i = 0; i < kMaxHost; ++i)
     if (!M->host[i].live) {
@@ -1023,10 +1013,6 @@ void opCopy(Reader& r, bool async) {
     case 5: kv = 0; break;
     default: kv = (k & 0x80) ? 5 : -1; break;
   }
-  if (kv == -1 && gSkipKnown) {
-    trace("skipped nrtMemcpy kind -1 [known bug K5]");
-    return;
-  }
   const nrtMemcpyKind kind = static_cast<nrtMemcpyKind>(kv);
   size_t room = SIZE_MAX;
   if (dst.buf) room = std::min(room, dst.room());
@@ -1040,10 +1026,6 @@ void opCopy(Reader& r, bool async) {
     // Overlapping ranges: the contract says nothing; keep them apart.
     size_t a = dst.offset, b = src.offset;
     if (a < b + count && b < a + count) return;
-  }
-  if (async && gSkipKnown && count == 0 && (!dst.ptr || !src.ptr)) {
-    trace("skipped zero-byte nrtMemcpyAsync with a NULL pointer [known bug K2]");
-    return;
   }
 
   Expect ex;

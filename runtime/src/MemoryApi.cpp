@@ -85,6 +85,7 @@ const char* kindName(nrtMemcpyKind k) {
     case nrtMemcpyDeviceToHost: return "DeviceToHost";
     case nrtMemcpyDeviceToDevice: return "DeviceToDevice";
     case nrtMemcpyDefault: return "Default";
+    default: break;
   }
   return "?";
 }

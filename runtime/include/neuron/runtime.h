@@ -186,7 +186,12 @@ typedef enum nrtMemcpyKind {
   nrtMemcpyHostToDevice = 1,
   nrtMemcpyDeviceToHost = 2,
   nrtMemcpyDeviceToDevice = 3, /* same or different devices */
-  nrtMemcpyDefault = 4         /* inferred from the pointers */
+  nrtMemcpyDefault = 4,        /* inferred from the pointers */
+  /* Not kinds: they give the enum the range of int, so any int a caller
+   * passes is a value the runtime may test (and reject with INVALID_VALUE);
+   * in C++ a value outside an enum's range is undefined behaviour. */
+  nrtMemcpyKindRangeMin_ = -2147483647 - 1,
+  nrtMemcpyKindRangeMax_ = 2147483647
 } nrtMemcpyKind;
 
 typedef uint64_t nrtStream_t; /* 0 is never a valid stream */
