@@ -102,7 +102,8 @@ ifneq ($(BACKEND),)
 endif
 
 # Every OpInfo (op_db) and ModuleInfo (module_db) on neuron vs CPU, every
-# sample; reports in build/conformance.json and build/modules.json. Each suite
+# sample; reports in build/conformance.json and build/modules.json; then 89
+# OpInfo ops compiled (torch.compile) on neuron vs on CPU, build/compiled.json. Each suite
 # runs as SHARDS shards in parallel (--shard i/n), merged into one report that
 # must cover every op and module; both suites run even if the first fails.
 SHARDS ?= $(JOBS)
@@ -121,6 +122,7 @@ conformance: backend
 	  --report build/conformance.json || status=1; \
 	$(PYTHON) tests/conformance/modules.py --merge 'build/shards/modules-*.json' \
 	  --report build/modules.json || status=1; \
+	$(PYTHON) tests/conformance/compiled.py --report build/compiled.json || status=1; \
 	echo "conformance: $$(( $$(date +%s) - start )) s with $(SHARDS) shards per suite"; \
 	exit $$status
 
