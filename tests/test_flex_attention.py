@@ -94,3 +94,16 @@ def test_compiled_forward_and_backward_match_eager(with_score_mod):
         eager = run(flex_attention)
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_shim_costs_import_torch_nothing():
+    from conftest import run_python
+    r = run_python("""
+        import sys, torch
+        assert "torchneuron" in sys.modules
+        print("flex" if "torch.nn.attention.flex_attention" in sys.modules else "lazy")
+        import torch.nn.attention.flex_attention as flex
+        print(flex._validate_device._torchneuron_shim)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["lazy", "True"]
