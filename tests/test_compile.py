@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchneuron
+from tiny_models import tiny_llama
 
 from conftest import requires_async
 
@@ -73,12 +74,7 @@ def make_gpt():
 def make_llama():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        attn_implementation="sdpa")
-    model = transformers.LlamaForCausalLM(config)
+    model = tiny_llama(transformers)
     ids = torch.randint(3, 64, (2, 12), generator=torch.Generator().manual_seed(3))
     return model, lambda m, d: m(input_ids=ids.to(d), labels=ids.to(d)).loss
 

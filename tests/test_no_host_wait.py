@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torchneuron
+from tiny_models import tiny_llama
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT  # noqa: E402
@@ -74,12 +75,7 @@ def make_resnet18():
 def make_llama():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        attention_dropout=0.0, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-        attn_implementation="sdpa")
-    model = transformers.LlamaForCausalLM(config)
+    model = tiny_llama(transformers)
     g = torch.Generator().manual_seed(3)
     batches = [torch.randint(3, 64, (2, 12), generator=g) for _ in range(STEPS)]
 
