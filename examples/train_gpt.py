@@ -160,7 +160,7 @@ def compiled_run(init, chars, data, args, device):
     start = time.perf_counter()
     compiled = torch.compile(model)
     # The first step compiles the forward and backward graphs.
-    warm, _ = train(compiled, device, data, args, 1, args.seed)
+    train(compiled, device, data, args, 1, args.seed)
     first = time.perf_counter() - start
     losses, tps = train(compiled, device, data, args, args.compile_steps, args.seed)
     return losses, tps, first

@@ -87,9 +87,9 @@ def __getattr__(name: str) -> Any:
     # Inductor looks these up to register the device: the lookup registers
     # neuron with Inductor (torchneuron/compiler; it imports Inductor, so only
     # when Inductor asks).
-    if name in ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen"):
-        from .compiler import registration_lookup
+    from .compiler import INDUCTOR_LOOKUPS, registration_lookup
 
+    if name in INDUCTOR_LOOKUPS:
         return registration_lookup(name)
     raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
 

@@ -9,7 +9,8 @@
 // returns: the host never waits for the device.
 //
 // A C ABI, because the kernel modules are plain C++ compiled by Inductor
-// (no torch headers); they receive these functions' addresses at load time.
+// (no torch headers): they receive torchneuron_launch_compiled's address at
+// load time, and each kernel's handle as their first argument.
 #pragma once
 
 #include <cstddef>

@@ -232,9 +232,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_compiled_kernel_handle", [](const std::string& name, int device) {
     return reinterpret_cast<uintptr_t>(torchneuron_compiled_kernel(name.c_str(), device));
   });
-  // The C entry points compiled kernel modules call (inductor/CompiledLaunch.h).
-  m.def("_compiled_launch_entry_points", [] {
-    return py::make_tuple(reinterpret_cast<uintptr_t>(&torchneuron_compiled_kernel),
-                          reinterpret_cast<uintptr_t>(&torchneuron_launch_compiled));
-  });
+  // The C entry compiled kernel modules call (inductor/CompiledLaunch.h).
+  m.def("_compiled_launch_address",
+        [] { return reinterpret_cast<uintptr_t>(&torchneuron_launch_compiled); });
 }

@@ -12,6 +12,7 @@ FlexAttention's, so compiled results agree with eager ones to rounding.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -58,7 +59,7 @@ def _trace_dense(gm: fx.GraphModule, node: fx.Node) -> tuple[fx.GraphModule, lis
 def _replace_uses(node: fx.Node, value: Any) -> None:
     """Points the getitem users of a tuple-valued node at `value`'s parts."""
     for user in list(node.users):
-        if user.op == "call_function" and user.target is __import__("operator").getitem:
+        if user.op == "call_function" and user.target is operator.getitem:
             part = value[user.args[1]]
             if isinstance(part, (tuple, list)):
                 _replace_uses(user, part)

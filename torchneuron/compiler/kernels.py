@@ -152,7 +152,7 @@ class NeuronKernelCodeCache(CppPythonBindingsCodeCache):
 
     @classmethod
     def _load_library_inner(cls, path: str, key: str) -> Any:
-        os.environ[_LAUNCH_ENV] = str(_C._compiled_launch_entry_points()[1])
+        os.environ[_LAUNCH_ENV] = str(_C._compiled_launch_address())
         return super()._load_library_inner(path, key)
 
     @classmethod
@@ -180,9 +180,9 @@ def load_kernel(
     from torch._inductor.codecache import LambdaFuture
 
     handle = _C._compiled_kernel_handle(name, device)
-    if get_compile_threads() <= 1:
-        return functools.partial(NeuronKernelCodeCache.load_queued_async(argtypes, source)(), handle)
+    in_process = get_compile_threads() <= 1
     get_entry = NeuronKernelCodeCache.load_queued_async(
-        argtypes, source, submit_fn=async_compile.submit
-    )
+        argtypes, source, submit_fn=None if in_process else async_compile.submit)
+    if in_process:
+        return functools.partial(get_entry(), handle)
     return LambdaFuture(lambda: functools.partial(get_entry(), handle))
