@@ -84,6 +84,11 @@ from . import _flex_attention_shim  # noqa: E402
 
 _flex_attention_shim.install()
 
+# torch.distributed's "neuron" backend (C++ in csrc/distributed).
+from . import distributed  # noqa: E402
+
+distributed.register()
+
 from .neuron import (  # noqa: E402,F401
     Event,
     Stream,

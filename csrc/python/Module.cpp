@@ -39,6 +39,7 @@ void installCapturedTracebackPython();
 
 namespace torchneuron {
 void registerMemoryBindings(py::module& m);
+void registerDistributedBindings(py::module& m);
 
 namespace {
 
@@ -153,7 +154,7 @@ PYBIND11_MODULE(_C, m) {
       torch::PyWarningHandler python_warnings;
       flushKernelWarnings();
     }
-    NEURON_CHECK(st);
+    if (st != NRT_SUCCESS) throwRuntimeError(st, "torch.neuron.synchronize", __FILE__, __LINE__);
   });
   // Checkpoint storages are not resizable, as on CPU (torchneuron/_serialization.py).
   m.def("_set_storage_resizable", [](const py::object& storage, bool resizable) {
@@ -205,6 +206,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_async_path_enabled", [] { return asyncPathEnabled(); });
   m.def("_set_op_tracking", [](bool on) { setOpTrackingEnabled(on); });
   registerMemoryBindings(m);  // MemoryBindings.cpp
+  registerDistributedBindings(m);  // DistributedBindings.cpp
   m.def("_is_pinned_ptr", [](uintptr_t p) {
     nrtPointerAttributes attr{};
     NEURON_CHECK(nrtPointerGetAttributes(&attr, reinterpret_cast<void*>(p)));

@@ -1,0 +1,168 @@
+#include "distributed/Collective.h"
+
+#include "aten/Common.h"
+#include "aten/Launch.h"
+#include "aten/OpTracking.h"
+#include "core/DeviceAllocator.h"
+
+#include <ATen/core/jit_type.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+#include <set>
+
+namespace torchneuron::distributed {
+namespace {
+
+// Work item names live as long as the process (Launch.h).
+const char* internName(const std::string& name) {
+  static std::mutex mu;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  return names.insert(name).first->c_str();
+}
+
+WorkDesc describe(const char* name, const Collective& c) {
+  WorkDesc work;
+  work.name = name;
+  work.kind = nrtWorkCollective;
+  auto add = [&](const std::vector<at::Tensor>& ts, c10::SmallVector<nrtBufferRange, 4>& out) {
+    for (const auto& t : ts) {
+      const size_t bytes = t.numel() * t.element_size();
+      work.bytes += bytes;
+      if (out.size() < NRT_MAX_RECORDED_BUFFERS) {
+        out.push_back(bufferSpan(t.data_ptr(), t.sizes(), t.strides(), t.element_size()));
+      }
+    }
+  };
+  add(c.reads, work.reads);
+  add(c.writes, work.writes);
+  return work;
+}
+
+// The failure a collective's item raises: names the collective and the rank.
+[[noreturn]] void raiseFailure(const Collective& c, const char* stage, const std::string& what,
+                               CollectiveState& state) {
+  std::string msg = c10::str(c.name, " on neuron:", static_cast<int>(c.device), " (rank ", c.rank,
+                             ") failed while ", stage, ": ", what);
+  state.fail(std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, __LINE__}, msg)));
+  TORCH_CHECK(false, msg);
+}
+
+std::string describeException(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& err) {
+    return err.what_without_backtrace();
+  } catch (const std::exception& err) {
+    return err.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+at::Tensor hostView(const at::Tensor& t) { return cpuAlias(t); }
+
+std::vector<at::Tensor> hostViews(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(cpuAlias(t));
+  return out;
+}
+
+c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams, Collective c,
+                                                StartFn start, FinishFn finish) {
+  auto state = std::make_shared<CollectiveState>();
+  const c10::Device device(kNeuron, c.device);
+  const char* startName = internName(std::string(c.name) + "/start");
+
+  // The start item follows everything queued so far on the caller's stream.
+  c10::Event ready(kNeuron);
+  ready.record(getCurrentStream(c.device).unwrap());
+  ready.block(streams.start.unwrap());
+
+  auto info = std::make_shared<const Collective>(Collective{c.name, c.opType, c.rank, c.device,
+                                                            {}, {}, {}, c.hostBlocking});
+  launchWork(streams.start, describe(startName, c), [state, info, start = std::move(start)] {
+    try {
+      auto w = start();
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->transport = std::move(w);
+    } catch (...) {
+      raiseFailure(*info, "starting", describeException(std::current_exception()), *state);
+    }
+  });
+
+  c10::Event started(kNeuron);
+  started.record(streams.start.unwrap());
+  started.block(streams.finish.unwrap());
+  launchWork(streams.finish, describe(c.name, c), [state, info, finish = std::move(finish)] {
+    c10::intrusive_ptr<c10d::Work> transport;
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      transport = state->transport;
+    }
+    if (!transport) return;  // the start item failed and said so
+    try {
+      transport->wait();
+      if (finish) finish();
+    } catch (...) {
+      raiseFailure(*info, "transferring", describeException(std::current_exception()), *state);
+    }
+  });
+  recordOp(opCounters(c.name), OpPath::Async);
+
+  // The caching allocator must not hand the tensors' memory to anyone else
+  // before the finish item has run (the caller may drop them at once).
+  auto* allocator = getDeviceAllocator();
+  for (const auto* group : {&c.reads, &c.writes, &c.scratch}) {
+    for (const auto& t : *group) {
+      if (t.defined() && t.storage().data_ptr().get()) {
+        allocator->recordStream(t.storage().data_ptr(), streams.finish.unwrap());
+      }
+    }
+  }
+
+  c10::Event end(kNeuron);
+  end.record(streams.finish.unwrap());
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
+  {
+    // Completed now, CUDA-style: its events are on the finish stream, so
+    // waiting for the future makes the waiter's stream wait, not the host.
+    c10::StreamGuard guard(streams.finish.unwrap());
+    future->markCompleted(c10::IValue(c.writes));
+  }
+  return c10::make_intrusive<NeuronWork>(c.rank, c.opType, c.name, device, std::move(c.writes),
+                                         std::vector<std::shared_ptr<CollectiveState>>{state},
+                                         std::move(end), std::move(future), c.hostBlocking);
+}
+
+c10::intrusive_ptr<NeuronWork> joinWorks(const CollectiveStreams& streams, int rank,
+                                         const std::vector<c10::intrusive_ptr<NeuronWork>>& works) {
+  const c10::Device device = streams.finish.device();
+  std::vector<at::Tensor> outputs;
+  std::vector<std::shared_ptr<CollectiveState>> states;
+  for (const auto& w : works) {
+    for (auto& t : w->result()) outputs.push_back(t);
+    for (const auto& s : w->states()) states.push_back(s);
+  }
+  // Items on one finish stream complete in order: the end of the last one is
+  // the end of all.
+  c10::Event end(kNeuron);
+  end.record(streams.finish.unwrap());
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
+  {
+    c10::StreamGuard guard(streams.finish.unwrap());
+    future->markCompleted(c10::IValue(outputs));
+  }
+  return c10::make_intrusive<NeuronWork>(rank, c10d::OpType::COALESCED, "c10d::coalesced", device,
+                                         std::move(outputs), std::move(states), std::move(end),
+                                         std::move(future), false);
+}
+
+}  // namespace torchneuron::distributed

@@ -1,0 +1,98 @@
+// ProcessGroupNeuron: the c10d backend of the neuron device ("neuron").
+//
+// Transport: PyTorch's own Gloo process group, created by the Python layer
+// on the same store and handed in. Collectives on neuron tensors give Gloo
+// zero-copy CPU views of device memory (the software chip's memory is
+// host-addressable; a chip whose memory is not would stage through pinned
+// host buffers here) and run as device work in stream order (Collective.h).
+// CPU tensors go to Gloo directly, so "neuron" alone serves both devices.
+//
+// What Gloo cannot reduce is done on the device around it: ReduceOp.AVG is
+// SUM then a division by the group size, PREMUL_SUM scales each input by its
+// factor before a SUM (as NCCL defines it).
+#pragma once
+
+#include "distributed/Collective.h"
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace torchneuron::distributed {
+
+class ProcessGroupNeuron : public c10d::Backend {
+ public:
+  ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size);
+
+  const std::string getBackendName() const override { return "neuron"; }
+  bool supportsCoalescing() const override { return true; }
+  void setTimeout(std::chrono::milliseconds timeout) override { transport_->setTimeout(timeout); }
+  const c10::intrusive_ptr<c10d::Backend>& transport() const { return transport_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+ private:
+  // The two streams collectives of this group use on `device` (made once).
+  const CollectiveStreams& streamsFor(c10::DeviceIndex device);
+  c10::intrusive_ptr<c10d::Work> launch(Collective c, StartFn start, FinishFn finish = {});
+
+  c10::intrusive_ptr<c10d::Backend> transport_;
+  std::mutex mu_;
+  std::map<c10::DeviceIndex, CollectiveStreams> streams_;
+  c10::DeviceIndex lastDevice_ = -1;  // of the latest collective: the barrier's device
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<NeuronWork>> coalesced_;
+};
+
+}  // namespace torchneuron::distributed

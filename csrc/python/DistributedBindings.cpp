@@ -1,0 +1,30 @@
+// torchneuron._C bindings of the c10d backend: the ProcessGroupNeuron class,
+// a subclass of torch's c10d Backend (so torch.distributed takes it as any
+// backend). Registered on first use, after torch.distributed has registered
+// the Backend class this one derives from.
+#include "distributed/ProcessGroupNeuron.h"
+
+#include <torch/csrc/utils/pybind.h>
+
+namespace py = pybind11;
+
+namespace torchneuron {
+
+void registerDistributedBindings(py::module& m) {
+  m.def("_init_distributed", [m]() mutable {
+    if (py::hasattr(m, "ProcessGroupNeuron")) return;
+    py::module::import("torch._C._distributed_c10d");
+    using distributed::ProcessGroupNeuron;
+    py::class_<ProcessGroupNeuron, c10d::Backend, c10::intrusive_ptr<ProcessGroupNeuron>>(
+        m, "ProcessGroupNeuron",
+        "The neuron c10d backend: collectives on neuron tensors as device work, carried by the "
+        "Gloo process group `transport`.")
+        .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& transport, int rank, int size) {
+               return c10::make_intrusive<ProcessGroupNeuron>(transport, rank, size);
+             }),
+             py::arg("transport"), py::arg("rank"), py::arg("size"))
+        .def_property_readonly("transport", &ProcessGroupNeuron::transport);
+  });
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,361 @@
+"""Workers for the collective matrix: each collective on neuron tensors (the
+"neuron" backend) and the same collective on CPU tensors (Gloo), in one
+group "cpu:gloo,neuron:neuron"; results come back as (neuron, reference)."""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+from tests.distributed.launcher import main
+
+R = dist.ReduceOp
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+DTYPES = FLOATS + INTS + [torch.bool]
+
+
+def setup(backend="cpu:gloo,neuron:neuron"):
+    rank = int(os.environ["RANK"])
+    torch.neuron.set_device(rank % torch.neuron.device_count())
+    dist.init_process_group(backend)
+    return rank, dist.get_world_size()
+
+
+def data(shape, dtype, rank, salt=0, small=False):
+    g = torch.Generator().manual_seed(1000 * rank + salt)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    lo, hi = (1, 3) if small else (0, 50)
+    return torch.randint(lo, hi, shape, generator=g).to(dtype)
+
+
+def nrn(t):
+    return t.to("neuron")
+
+
+def both(fn, *cpu_args):
+    """Runs fn on CPU tensors and on neuron copies; returns (neuron, cpu) results on CPU."""
+    ref = fn(*[[a.clone() for a in x] if isinstance(x, list) else x.clone() for x in cpu_args])
+    got = fn(*[[nrn(a) for a in x] if isinstance(x, list) else nrn(x) for x in cpu_args])
+    conv = lambda v: [conv(x) for x in v] if isinstance(v, (list, tuple)) else v.cpu()
+    return conv(got), conv(ref)
+
+
+def matrix():
+    rank, world = setup()
+    out = {}
+    for async_op in (False, True):
+        def done(w):
+            if async_op:
+                w.wait()
+
+        for dtype in DTYPES:
+            tag = f"{dtype}-{'async' if async_op else 'sync'}"
+            ops = [R.SUM, R.MIN, R.MAX, R.PRODUCT]
+            if dtype in INTS or dtype == torch.bool:
+                ops += [R.BAND, R.BOR, R.BXOR]
+            for op in ops:
+                if dtype == torch.bool and op in (R.SUM, R.PRODUCT):
+                    continue
+                def ar(t, op=op):
+                    done(dist.all_reduce(t, op=op, async_op=async_op))
+                    return t
+                out[f"all_reduce-{op}-{tag}"] = both(
+                    ar, data((5, 7), dtype, rank, small=op == R.PRODUCT))
+
+            def bc(t):
+                done(dist.broadcast(t, src=1, async_op=async_op))
+                return t
+            out[f"broadcast-{tag}"] = both(bc, data((33,), dtype, rank))
+
+            if dtype != torch.bool:
+                def rd(t):
+                    done(dist.reduce(t, dst=0, async_op=async_op))
+                    return t if rank == 0 else t[:0]
+                out[f"reduce-{tag}"] = both(rd, data((9,), dtype, rank))
+
+            def ag(t):
+                outs = [torch.empty_like(t) for _ in range(world)]
+                done(dist.all_gather(outs, t, async_op=async_op))
+                return outs
+            out[f"all_gather-{tag}"] = both(ag, data((4, 3), dtype, rank))
+
+            def agt(t):
+                o = t.new_empty((world * t.shape[0],) + t.shape[1:])
+                done(dist.all_gather_into_tensor(o, t, async_op=async_op))
+                return o
+            out[f"all_gather_into_tensor-{tag}"] = both(agt, data((3, 5), dtype, rank))
+
+            if dtype != torch.bool:
+                def rst(t):
+                    o = t.new_empty((t.shape[0] // world,) + t.shape[1:])
+                    done(dist.reduce_scatter_tensor(o, t, async_op=async_op))
+                    return o
+                out[f"reduce_scatter_tensor-{tag}"] = both(rst, data((4, 3), dtype, rank))
+
+                def rs(ts):
+                    o = torch.empty_like(ts[0])
+                    done(dist.reduce_scatter(o, ts, async_op=async_op))
+                    return o
+                out[f"reduce_scatter-{tag}"] = both(
+                    rs, [data((6,), dtype, rank, salt=i) for i in range(world)])
+
+            def a2a_single(t):
+                # Uneven splits: rank r sends r + i + 1 rows to rank i.
+                ins = [rank + i + 1 for i in range(world)]
+                outs = [i + rank + 1 for i in range(world)]
+                o = t.new_empty((sum(outs),) + t.shape[1:])
+                done(dist.all_to_all_single(o, t[: sum(ins)], outs, ins, async_op=async_op))
+                return o
+            out[f"all_to_all_single-{tag}"] = both(a2a_single, data((8, 2), dtype, rank))
+
+            def a2a(ts):
+                outs = [torch.empty_like(t) for t in ts]
+                done(dist.all_to_all(outs, ts, async_op=async_op))
+                return outs
+            out[f"all_to_all-{tag}"] = both(a2a, [data((3,), dtype, rank, salt=i) for i in range(world)])
+
+            def gather(t):
+                outs = [torch.empty_like(t) for _ in range(world)] if rank == 0 else None
+                done(dist.gather(t, outs, dst=0, async_op=async_op))
+                return outs or []
+            out[f"gather-{tag}"] = both(gather, data((5,), dtype, rank))
+
+            def scatter(ts):
+                o = torch.empty_like(ts[0])
+                done(dist.scatter(o, ts if rank == 1 else None, src=1, async_op=async_op))
+                return o
+            out[f"scatter-{tag}"] = both(scatter, [data((4,), dtype, rank, salt=i) for i in range(world)])
+
+        for dtype in FLOATS:
+            tag = f"{dtype}-{'async' if async_op else 'sync'}"
+            x = data((6, 5), dtype, rank)
+            # AVG and PREMUL_SUM: Gloo has neither; the reference is their definition
+            # computed with Gloo's SUM on CPU tensors.
+            t = nrn(x)
+            done(dist.all_reduce(t, op=R.AVG, async_op=async_op))
+            ref = x.clone()
+            dist.all_reduce(ref)
+            out[f"all_reduce-AVG-{tag}"] = (t.cpu(), ref.div_(world))
+            for factor in (0.25, torch.tensor(3.0, dtype=torch.float32, device="neuron")):
+                t = nrn(x)
+                done(dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor), async_op=async_op))
+                f = factor.item() if isinstance(factor, torch.Tensor) else factor
+                ref = x.clone().mul_(f)
+                dist.all_reduce(ref)
+                out[f"all_reduce-PREMUL_SUM({type(factor).__name__})-{tag}"] = (t.cpu(), ref)
+            big = data((4, 3), dtype, rank)
+            o = torch.empty((2, 3), dtype=dtype, device="neuron")
+            done(dist.reduce_scatter_tensor(o, nrn(big), op=R.AVG, async_op=async_op))
+            ref = torch.empty((2, 3), dtype=dtype)
+            dist.reduce_scatter_tensor(ref, big.clone())
+            out[f"reduce_scatter_tensor-AVG-{tag}"] = (o.cpu(), ref.div_(world))
+            o = torch.empty((2, 3), dtype=dtype, device="neuron")
+            src = nrn(big)
+            done(dist.reduce_scatter_tensor(o, src, op=dist._make_nccl_premul_sum(0.5),
+                                            async_op=async_op))
+            ref = torch.empty((2, 3), dtype=dtype)
+            dist.reduce_scatter_tensor(ref, big.clone().mul_(0.5))
+            out[f"reduce_scatter_tensor-PREMUL_SUM-{tag}"] = (o.cpu(), ref)
+            out[f"reduce_scatter_tensor-PREMUL_SUM-input-kept-{tag}"] = (src.cpu(), big)
+    dist.destroy_process_group()
+    return out
+
+
+def point_to_point():
+    rank, world = setup()
+    peer = 1 - rank
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        x = data((17,), dtype, rank)
+        # Blocking send/recv, in the order that pairs them.
+        def sendrecv(t):
+            r = torch.empty_like(t)
+            if rank == 0:
+                dist.send(t, peer)
+                dist.recv(r, peer)
+            else:
+                dist.recv(r, peer)
+                dist.send(t, peer)
+            return r
+        out[f"send_recv-{dtype}"] = both(sendrecv, x)
+
+        # Both ranks isend first, then irecv: must not deadlock.
+        def isend_irecv(t):
+            r = torch.empty_like(t)
+            a = dist.isend(t, peer)
+            b = dist.irecv(r, peer)
+            a.wait()
+            b.wait()
+            return r
+        out[f"isend_irecv-{dtype}"] = both(isend_irecv, x)
+
+        def batch(t):
+            r1, r2 = torch.empty_like(t), torch.empty_like(t)
+            ops = [dist.P2POp(dist.isend, t, peer), dist.P2POp(dist.irecv, r1, peer),
+                   dist.P2POp(dist.isend, t * 2, peer), dist.P2POp(dist.irecv, r2, peer)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            return [r1, r2]
+        out[f"batch_isend_irecv-{dtype}"] = both(batch, x)
+    dist.destroy_process_group()
+    return out
+
+
+def groups_and_functional():
+    rank, world = setup()
+    out = {}
+    # A subgroup (new_group) and the coalesced forms.
+    sub = dist.new_group([0, 1])
+    x = data((10,), torch.float32, rank)
+    def sub_ar(t):
+        dist.all_reduce(t, group=sub)
+        return t
+    out["new_group-all_reduce"] = both(sub_ar, x)
+
+    def coalesced(ts):
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t)
+        cm.wait()
+        return ts
+    out["coalescing_manager-all_reduce"] = both(
+        coalesced, [data((n,), torch.float32, rank, salt=n) for n in (3, 5, 7)])
+
+    def ar_coalesced(ts):
+        dist.all_reduce_coalesced(ts)
+        return ts
+    out["all_reduce_coalesced"] = both(ar_coalesced, [data((n,), torch.float32, rank, salt=n) for n in (2, 4)])
+
+    # Functional collectives, eager (traceable) ...
+    def f_ar(t):
+        return funcol.wait_tensor(funcol.all_reduce(t, "sum", dist.group.WORLD))
+    out["funcol-all_reduce"] = both(f_ar, x)
+
+    def f_ag(t):
+        return funcol.all_gather_tensor(t, 0, dist.group.WORLD).wait()
+    out["funcol-all_gather_tensor"] = both(f_ag, data((2, 3), torch.float32, rank))
+
+    def f_rs(t):
+        return funcol.reduce_scatter_tensor(t, "sum", 0, dist.group.WORLD).wait()
+    out["funcol-reduce_scatter_tensor"] = both(f_rs, data((4, 3), torch.float32, rank))
+
+    # ... and under torch.compile (Inductor: the collective is an extern call).
+    def step(t):
+        y = funcol.all_reduce(t * 2 + 1, "sum", dist.group.WORLD)
+        return funcol.wait_tensor(y).relu()
+    compiled = torch.compile(step, fullgraph=True)
+    out["funcol-compiled-all_reduce"] = both(compiled, data((16,), torch.float32, rank))
+
+    # Object collectives ride on uint8 tensors of the group's device.
+    objs = [None, None]
+    dist.all_gather_object(objs, {"rank": rank, "v": [rank] * 3})
+    out["all_gather_object"] = (objs, [{"rank": r, "v": [r] * 3} for r in range(world)])
+    dist.destroy_process_group()
+    return out
+
+
+def neuron_only_backend():
+    """init_process_group("neuron"): one backend for neuron and CPU tensors."""
+    rank, world = setup("neuron")
+    out = {}
+    c = torch.tensor([float(rank + 1)])
+    dist.all_reduce(c)
+    out["cpu-tensor"] = (c, torch.tensor([3.0]))
+    n = torch.full((3,), float(rank + 1), device="neuron")
+    dist.all_reduce(n)
+    out["neuron-tensor"] = (n.cpu(), torch.full((3,), 3.0))
+    out["backend"] = (dist.get_backend(), "neuron")
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
+def stream_semantics():
+    """A collective follows the work queued on the current stream, without the host waiting."""
+    rank, world = setup()
+    out = {}
+    x = torch.full((1024,), float(rank + 1), device="neuron")
+    torch.neuron.synchronize()
+    torch.neuron._sleep(1000)  # 1 s of device work ahead of the collective
+    x.mul_(2)                  # ... and an op whose result the collective must see
+    t0 = time.perf_counter()
+    work = dist.all_reduce(x, async_op=True)
+    before = x + 0             # queued before wait(): does not wait for the collective
+    work.wait()                # a stream wait: the host does not block
+    y = x + 1                  # after wait(): sees the reduced value
+    host = time.perf_counter() - t0
+    out["host_seconds"] = host
+    out["value"] = (y.cpu(), torch.full((1024,), 2.0 * (1 + 2) + 1))
+    out["before_wait"] = (before.cpu(), torch.full((1024,), 2.0 * (rank + 1)))
+    # The future's value is the output tensors, and waiting on it is a stream wait too.
+    z = torch.full((8,), float(rank), device="neuron")
+    fut = dist.all_reduce(z, async_op=True).get_future()
+    vals = fut.wait()
+    out["future"] = (vals[0].cpu(), torch.full((8,), 1.0))
+    # The collective is visible as device work (op tracking).
+    import torchneuron
+    ops = torchneuron.get_op_paths()
+    out["tracked"] = sorted(k for k in ops if k.startswith("c10d::"))
+    dist.destroy_process_group()
+    return out
+
+
+def dead_peer():
+    """Rank 1 exits before a collective: rank 0 raises within the group's timeout."""
+    import datetime
+
+    rank = int(os.environ["RANK"])
+    torch.neuron.set_device(rank % torch.neuron.device_count())
+    dist.init_process_group("cpu:gloo,neuron:neuron", timeout=datetime.timedelta(seconds=5))
+    x = torch.ones(4, device="neuron")
+    dist.all_reduce(x)
+    torch.neuron.synchronize()
+    if rank == 1:
+        os._exit(3)
+    t0 = time.perf_counter()
+    err = None
+    try:
+        dist.all_reduce(x)
+        x.cpu()  # the failure surfaces at the next synchronizing call
+    except RuntimeError as e:
+        err = str(e)
+    elapsed = time.perf_counter() - t0
+    # The device keeps working.
+    ok = (torch.ones(3, device="neuron") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
+    return {"error": err, "seconds": elapsed, "device_ok": ok}
+
+
+def hung_peer():
+    """Rank 1 stops taking part (alive, silent): rank 0 raises after the 5 s timeout."""
+    import datetime
+
+    rank = int(os.environ["RANK"])
+    torch.neuron.set_device(rank % torch.neuron.device_count())
+    dist.init_process_group("cpu:gloo,neuron:neuron", timeout=datetime.timedelta(seconds=5))
+    x = torch.ones(4, device="neuron")
+    dist.all_reduce(x)
+    torch.neuron.synchronize()
+    if rank == 1:
+        time.sleep(15)
+        os._exit(0)
+    t0 = time.perf_counter()
+    err = None
+    try:
+        dist.all_reduce(x)
+        torch.neuron.synchronize()
+    except RuntimeError as e:
+        err = str(e)
+    elapsed = time.perf_counter() - t0
+    ok = (torch.ones(3, device="neuron") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
+    return {"error": err, "seconds": elapsed, "device_ok": ok}
+
+
+if __name__ == "__main__":
+    main()
