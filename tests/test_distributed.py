@@ -80,3 +80,65 @@ def test_failed_peer_raises_within_timeout_naming_the_collective(case, within):
     assert "c10d::allreduce" in r["error"], r["error"]
     assert r["seconds"] < within, r["seconds"]
     assert r["device_ok"]
+
+
+def test_ddp_matches_ddp_on_cpu_gloo_bitwise():
+    # The demo GPT under DDP on 2 ranks (default buckets, many small buckets,
+    # no_sync accumulation, gradient_as_bucket_view): every step's loss and
+    # parameters on neuron equal the same DDP script's on CPU over Gloo.
+    check_pairs(run_ranks("ddp", "gpt_parity", timeout=300), minimum=4 * 3 * 2)
+
+
+def test_ddp_unused_parameters_and_comm_future():
+    check_pairs(run_ranks("ddp", "unused_parameters"), minimum=7)
+
+
+def _torchrun(tmp_path, *launches, timeout=180):
+    """Starts one torchrun per argument list; returns each rank's JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args,
+                               str(root / "tests" / "distributed" / "torchrun_worker.py"),
+                               str(tmp_path)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for args in launches]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            p.kill()
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-5000:]
+    return [json.loads(f.read_text()) for f in sorted(tmp_path.glob("rank*.json"))]
+
+
+def test_torchrun_single_node_picks_neuron_device_per_local_rank(tmp_path):
+    results = _torchrun(tmp_path, ["--standalone", "--nproc_per_node=2"])
+    assert len(results) == 2
+    for r in results:
+        # init_process_group() with no backend: torch maps the accelerator to "neuron".
+        assert r["sum"] == 3.0 and r["world"] == 2 and r["backend"] == "neuron:neuron"
+        assert [s["device"] for s in r["seen"]] == ["neuron:0", "neuron:1"]
+
+
+def test_torchrun_two_nodes_on_loopback(tmp_path):
+    # Two torchrun launches (nodes 0 and 1) meeting at one rendezvous on
+    # 127.0.0.1: TCPStore, rank mapping and Gloo's TCP transport between them.
+    from tests.distributed.launcher import free_port
+
+    port = free_port()
+    common = ["--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+              f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=neuron-two-nodes"]
+    results = _torchrun(tmp_path, common + ["--node_rank=0"], common + ["--node_rank=1"])
+    assert len(results) == 2
+    for r in results:
+        assert r["sum"] == 3.0 and r["world"] == 2
+        assert sorted(s["node"] for s in r["seen"]) == [0, 1]

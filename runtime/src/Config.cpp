@@ -92,6 +92,13 @@ Config readConfig() {
   auto range = [](long lo, long hi) {
     return "expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
   };
+  // Under a launcher that starts several processes per node (torchrun sets
+  // LOCAL_WORLD_SIZE), each process picks core LOCAL_RANK, as each picks GPU
+  // LOCAL_RANK on a CUDA node: the chip then has at least that many cores.
+  // Not our variable: a value we cannot read is left to the launcher.
+  if (const char* s = env("LOCAL_WORLD_SIZE")) {
+    if (parseInt(s, 1, kMaxCores, &v) && v > c.numCores) c.numCores = static_cast<int>(v);
+  }
   if (const char* s = env("NEURON_RT_NUM_CORES")) {
     if (parseInt(s, 0, kMaxCores, &v)) c.numCores = static_cast<int>(v);
     else bad("NEURON_RT_NUM_CORES", range(0, kMaxCores) + " (cores of the software chip)");

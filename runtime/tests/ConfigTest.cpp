@@ -127,3 +127,27 @@ TEST(Config, OutOfRangeValuesAreErrors) {
     EXPECT_EQ(c.visibleCores.size(), 64u);
   }
 }
+
+// One core per local process under torchrun (LOCAL_WORLD_SIZE), at least
+// the default two; NEURON_RT_NUM_CORES still decides when set.
+TEST(Config, LocalWorldSizeSetsTheCoreCount) {
+  {
+    ScopedEnv e("LOCAL_WORLD_SIZE", "4");
+    EXPECT_EQ(nrt::readConfig().numCores, 4);
+  }
+  {
+    ScopedEnv e("LOCAL_WORLD_SIZE", "1");
+    EXPECT_EQ(nrt::readConfig().numCores, 2);
+  }
+  {
+    ScopedEnv e("LOCAL_WORLD_SIZE", "junk");
+    nrt::Config c = nrt::readConfig();
+    EXPECT_EQ(c.status, NRT_SUCCESS);
+    EXPECT_EQ(c.numCores, 2);
+  }
+  {
+    ScopedEnv a("LOCAL_WORLD_SIZE", "4");
+    ScopedEnv b("NEURON_RT_NUM_CORES", "3");
+    EXPECT_EQ(nrt::readConfig().numCores, 3);
+  }
+}
