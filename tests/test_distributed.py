@@ -71,6 +71,7 @@ def test_collective_follows_stream_order_without_host_wait():
         # wait) must not have waited for it.
         assert r["host_seconds"] < 0.5, r["host_seconds"]
         assert "c10d::allreduce" in r["tracked"]
+        assert "c10d::allreduce" in r["profiled"], r["profiled"]
 
 
 @pytest.mark.parametrize("case,within", [("dead_peer", 5.0), ("hung_peer", 9.0)])

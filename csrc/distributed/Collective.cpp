@@ -9,8 +9,10 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <mutex>
 #include <set>
+#include <thread>
 
 namespace torchneuron::distributed {
 namespace {
@@ -62,6 +64,22 @@ std::string describeException(std::exception_ptr e) {
   }
 }
 
+// Whether launches run on the calling thread (NEURON_LAUNCH_BLOCKING=1),
+// probed once with an empty work item, so that the runtime's reading of its
+// setting stays the only one. Queued work never runs on the launching
+// thread: an item that has not run yet, or ran elsewhere, means queued.
+bool launchesRunInline() {
+  static const bool inlineRuns = [] {
+    auto ranHere = std::make_shared<std::atomic<int>>(0);  // 0: not yet, 1: here, 2: elsewhere
+    const auto caller = std::this_thread::get_id();
+    launchOnStream(getCurrentStream(), "c10d::launch_mode_probe", [ranHere, caller] {
+      ranHere->store(std::this_thread::get_id() == caller ? 1 : 2);
+    });
+    return ranHere->load() == 1;
+  }();
+  return inlineRuns;
+}
+
 }  // namespace
 
 at::Tensor hostView(const at::Tensor& t) { return cpuAlias(t); }
@@ -96,46 +114,65 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
     }
   });
 
-  c10::Event started(kNeuron);
-  started.record(streams.start.unwrap());
-  started.block(streams.finish.unwrap());
-  launchWork(streams.finish, describe(c.name, c), [state, info, finish = std::move(finish)] {
-    c10::intrusive_ptr<c10d::Work> transport;
-    {
-      std::lock_guard<std::mutex> lock(state->mu);
-      transport = state->transport;
-    }
-    if (!transport) return;  // the start item failed and said so
-    try {
-      transport->wait();
-      if (finish) finish();
-    } catch (...) {
-      raiseFailure(*info, "transferring", describeException(std::current_exception()), *state);
-    }
-  });
-  recordOp(opCounters(c.name), OpPath::Async);
-
-  // The caching allocator must not hand the tensors' memory to anyone else
-  // before the finish item has run (the caller may drop them at once).
-  auto* allocator = getDeviceAllocator();
-  for (const auto* group : {&c.reads, &c.writes, &c.scratch}) {
-    for (const auto& t : *group) {
-      if (t.defined() && t.storage().data_ptr().get()) {
-        allocator->recordStream(t.storage().data_ptr(), streams.finish.unwrap());
+  const CollectiveStreams s = streams;
+  auto queueFinish = [s, state, info, writes = c.writes, finish = std::move(finish),
+                      tensors = std::vector<std::vector<at::Tensor>>{c.reads, c.writes, c.scratch},
+                      desc = describe(c.name, c), device]() mutable {
+    c10::Event started(kNeuron);
+    started.record(s.start.unwrap());
+    started.block(s.finish.unwrap());
+    launchWork(s.finish, desc, [state, info, finish = std::move(finish)] {
+      c10::intrusive_ptr<c10d::Work> transport;
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        transport = state->transport;
+      }
+      if (!transport) return;  // the start item failed and said so
+      try {
+        transport->wait();
+        if (finish) finish();
+      } catch (...) {
+        raiseFailure(*info, "transferring", describeException(std::current_exception()), *state);
+      }
+    });
+    // The caching allocator must not hand the tensors' memory to anyone
+    // else before the finish item has run (the caller may drop them at once).
+    auto* allocator = getDeviceAllocator();
+    for (const auto& group : tensors) {
+      for (const auto& t : group) {
+        if (t.defined() && t.storage().data_ptr().get()) {
+          allocator->recordStream(t.storage().data_ptr(), s.finish.unwrap());
+        }
       }
     }
-  }
+    tensors.clear();
+    c10::Event end(kNeuron);
+    end.record(s.finish.unwrap());
+    auto future = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
+    {
+      // Completed now, CUDA-style: its events are on the finish stream, so
+      // waiting for the future makes the waiter's stream wait, not the host.
+      c10::StreamGuard guard(s.finish.unwrap());
+      future->markCompleted(c10::IValue(writes));
+    }
+    return std::make_pair(std::move(end), std::move(future));
+  };
+  recordOp(opCounters(c.name), OpPath::Async);
 
-  c10::Event end(kNeuron);
-  end.record(streams.finish.unwrap());
-  auto future = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
-  {
-    // Completed now, CUDA-style: its events are on the finish stream, so
-    // waiting for the future makes the waiter's stream wait, not the host.
-    c10::StreamGuard guard(streams.finish.unwrap());
-    future->markCompleted(c10::IValue(c.writes));
+  const bool pointToPoint = c.opType == c10d::OpType::SEND || c.opType == c10d::OpType::RECV ||
+                            c.opType == c10d::OpType::RECVANYSOURCE;
+  if (pointToPoint && launchesRunInline()) {
+    // The start item has run already (posted the transfer); waiting for it
+    // now would block this thread before the peer posts its side.
+    auto work = c10::make_intrusive<NeuronWork>(
+        c.rank, c.opType, c.name, device, std::move(c.writes),
+        std::vector<std::shared_ptr<CollectiveState>>{state}, c10::Event(kNeuron), nullptr,
+        c.hostBlocking);
+    work->deferFinish(std::move(queueFinish));
+    return work;
   }
+  auto [end, future] = queueFinish();
   return c10::make_intrusive<NeuronWork>(c.rank, c.opType, c.name, device, std::move(c.writes),
                                          std::vector<std::shared_ptr<CollectiveState>>{state},
                                          std::move(end), std::move(future), c.hostBlocking);
@@ -147,6 +184,7 @@ c10::intrusive_ptr<NeuronWork> joinWorks(const CollectiveStreams& streams, int r
   std::vector<at::Tensor> outputs;
   std::vector<std::shared_ptr<CollectiveState>> states;
   for (const auto& w : works) {
+    w->flushPending();
     for (auto& t : w->result()) outputs.push_back(t);
     for (const auto& s : w->states()) states.push_back(s);
   }

@@ -20,6 +20,23 @@ NeuronWork::NeuronWork(int rank, c10d::OpType type, const char* name, c10::Devic
       future_(std::move(future)),
       hostBlocking_(hostBlocking) {}
 
+NeuronWork::~NeuronWork() {
+  try {
+    flushPending();
+  } catch (...) {
+    // A destructor cannot raise; the failure is the stream's to report.
+  }
+}
+
+void NeuronWork::flushPending() {
+  if (!pending_) return;
+  auto queue = std::move(pending_);
+  pending_ = nullptr;
+  auto [end, future] = queue();
+  end_ = std::move(end);
+  future_ = std::move(future);
+}
+
 void NeuronWork::raiseIfFailed() const {
   for (const auto& s : states_) {
     if (auto e = s->failure()) std::rethrow_exception(e);
@@ -27,6 +44,7 @@ void NeuronWork::raiseIfFailed() const {
 }
 
 bool NeuronWork::isCompleted() {
+  flushPending();
   // A failed item still completes its stream position: the event reports it
   // reached (query raises nothing for a failure it did not cause).
   try {
@@ -53,6 +71,7 @@ std::exception_ptr NeuronWork::exception() const {
 std::vector<at::Tensor> NeuronWork::result() { return outputs_; }
 
 void NeuronWork::blockCurrentStream() {
+  flushPending();
   end_.block(getCurrentStream(device_.index()).unwrap());
 }
 
@@ -62,6 +81,7 @@ void NeuronWork::synchronize() {
 }
 
 bool NeuronWork::wait(std::chrono::milliseconds /*timeout*/) {
+  flushPending();
   // The transport enforces the group's timeout on the executor: a collective
   // whose peer died fails there (and is raised here, or at the next
   // synchronizing call) instead of hanging.
@@ -79,6 +99,7 @@ bool NeuronWork::wait(std::chrono::milliseconds /*timeout*/) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> NeuronWork::getFuture() {
+  flushPending();
   TORCH_CHECK(future_, name_, " has no future on neuron (it has no output tensors)");
   return future_;
 }

@@ -15,6 +15,8 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <exception>
+#include <functional>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +59,18 @@ class NeuronWork : public c10d::Work {
   void blockCurrentStream() override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
+  // Launch-blocking mode only (Collective.cpp): a point-to-point transfer's
+  // finish item is queued when the work is first waited for (or dropped),
+  // not at launch, where it would block the host before the peer could post
+  // its matching transfer. `queue` queues it and hands back the end event
+  // and the completed future.
+  using QueueFinish =
+      std::function<std::pair<c10::Event, c10::intrusive_ptr<c10::ivalue::Future>>()>;
+  void deferFinish(QueueFinish queue) { pending_ = std::move(queue); }
+  // Queues a deferred finish item now (no-op otherwise).
+  void flushPending();
+  ~NeuronWork() override;
+
   const char* name() const { return name_; }
   c10::Device device() const { return device_; }
   const std::vector<std::shared_ptr<CollectiveState>>& states() const { return states_; }
@@ -72,6 +86,7 @@ class NeuronWork : public c10d::Work {
   c10::Event end_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool hostBlocking_;
+  QueueFinish pending_;
 };
 
 }  // namespace torchneuron::distributed

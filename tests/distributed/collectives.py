@@ -299,10 +299,18 @@ def stream_semantics():
     fut = dist.all_reduce(z, async_op=True).get_future()
     vals = fut.wait()
     out["future"] = (vals[0].cpu(), torch.full((8,), 1.0))
-    # The collective is visible as device work (op tracking).
+    # The collective is visible as device work: op tracking, and the profiler's
+    # device timeline (a work item on the group's stream, with its bytes).
     import torchneuron
+    from torch.profiler import ProfilerActivity, profile
     ops = torchneuron.get_op_paths()
     out["tracked"] = sorted(k for k in ops if k.startswith("c10d::"))
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        w = torch.ones(256, device="neuron")
+        dist.all_reduce(w)
+        torch.neuron.synchronize()
+    out["profiled"] = sorted({e.name for e in prof.events()
+                              if e.name.startswith("c10d::") and e.device_type.name != "CPU"})
     dist.destroy_process_group()
     return out
 
