@@ -2,7 +2,7 @@
 #   make demo   set up, build, run the main job
 #   make test   set up, build, run every test (runtime suites also under
 #               ASan+UBSan and TSan; the Python suites on the neuron device)
-# Other targets: build, bench, bench-py, conformance, python-tests,
+# Other targets: build, bench, bench-py, bench-compile, bench-distributed, conformance, python-tests,
 # runtime-tests, runtime-demo, sanitize, fuzz, reliability, exit-stress, clean.
 
 VENV ?= $(HOME)/.cache/torchneuron/venv
@@ -17,7 +17,7 @@ export CCACHE_NOHASHDIR := 1
 
 .PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests conformance clean fuzz fuzz-build fuzz-short \
-        reliability exit-stress bench-compile
+        reliability exit-stress bench-compile bench-distributed
 
 all: build
 
@@ -143,6 +143,11 @@ bench-py: backend
 # torch.compile: compiled neuron vs compiled CPU vs eager CPU, and compile time.
 bench-compile: backend
 	$(PYTHON) bench/bench_compile.py
+
+# torch.distributed: collective bandwidth, a DDP step and FSDP2 memory, 2 ranks,
+# neuron vs Gloo on CPU tensors.
+bench-distributed: backend
+	$(PYTHON) bench/bench_distributed.py
 
 runtime-demo: build
 	./build/examples/runtime_demo
