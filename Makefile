@@ -156,6 +156,7 @@ runtime-demo: build
 # eager and under torch.compile.
 demo: backend
 	$(PYTHON) examples/train_gpt.py --compile
+	$(PYTHON) examples/train_gpt_distributed.py
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -143,3 +143,18 @@ def test_torchrun_two_nodes_on_loopback(tmp_path):
     for r in results:
         assert r["sum"] == 3.0 and r["world"] == 2
         assert sorted(s["node"] for s in r["seen"]) == [0, 1]
+
+
+def test_two_rank_ddp_and_fsdp2_follow_single_device_training():
+    # examples/train_gpt_distributed.py (make demo runs it): the demo GPT on 2
+    # ranks (DDP, then FSDP2) against one device with the whole batch; the
+    # script fails unless both loss curves are within 1e-6 relative.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(root / "examples" / "train_gpt_distributed.py"),
+                        "--steps", "8"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "DDP: max relative difference" in p.stdout and "FSDP2: max relative" in p.stdout
