@@ -59,8 +59,8 @@ def test_groups_coalescing_functional_and_compiled_collectives():
     check_pairs(run_ranks("collectives", "groups_and_functional", timeout=400), minimum=16)
 
 
-def test_neuron_backend_serves_cpu_tensors_too():
-    check_pairs(run_ranks("collectives", "neuron_only_backend"), minimum=6)
+def test_neuron_backend_serves_cpu_tensors_too_and_splits():
+    check_pairs(run_ranks("collectives", "neuron_only_backend"), minimum=12)
 
 
 def test_collective_follows_stream_order_without_host_wait():

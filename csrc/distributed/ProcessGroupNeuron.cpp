@@ -141,6 +141,14 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
               transport_->getSize(), ", expected ", rank, " of ", size);
 }
 
+c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<Options>& opts) {
+  auto part = transport_->split(store, ranks, opts);
+  if (!part) return nullptr;  // this rank is in none of the parts
+  return c10::make_intrusive<ProcessGroupNeuron>(part, part->getRank(), part->getSize());
+}
+
 const CollectiveStreams& ProcessGroupNeuron::streamsFor(c10::DeviceIndex device) {
   std::lock_guard<std::mutex> lock(mu_);
   lastDevice_ = device;

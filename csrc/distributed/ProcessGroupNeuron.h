@@ -31,6 +31,16 @@ class ProcessGroupNeuron : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override { transport_->setTimeout(timeout); }
   const c10::intrusive_ptr<c10d::Backend>& transport() const { return transport_; }
 
+  // split_group (and DeviceMesh, which splits when it can): the transport
+  // splits, and the part this rank is in gets a neuron backend of its own.
+  bool supportsSplitting() const override { return transport_->supportsSplitting(); }
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return transport_->getBackendOptions();
+  }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,

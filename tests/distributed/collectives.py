@@ -18,10 +18,10 @@ INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
 DTYPES = FLOATS + INTS + [torch.bool]
 
 
-def setup(backend="cpu:gloo,neuron:neuron"):
+def setup(backend="cpu:gloo,neuron:neuron", **kwargs):
     rank = int(os.environ["RANK"])
     torch.neuron.set_device(rank % torch.neuron.device_count())
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, **kwargs)
     return rank, dist.get_world_size()
 
 
@@ -262,8 +262,9 @@ def groups_and_functional():
 
 
 def neuron_only_backend():
-    """init_process_group("neuron"): one backend for neuron and CPU tensors."""
-    rank, world = setup("neuron")
+    """init_process_group("neuron"): one backend for neuron and CPU tensors;
+    split_group (which needs the group bound to a device)."""
+    rank, world = setup("neuron", device_id=torch.device("neuron", int(os.environ["RANK"]) % 2))
     out = {}
     c = torch.tensor([float(rank + 1)])
     dist.all_reduce(c)
@@ -272,6 +273,16 @@ def neuron_only_backend():
     dist.all_reduce(n)
     out["neuron-tensor"] = (n.cpu(), torch.full((3,), 3.0))
     out["backend"] = (dist.get_backend(), "neuron")
+    # Split into singletons, and into one group of both.
+    alone = dist.split_group(split_ranks=[[0], [1]])
+    a = torch.full((2,), float(rank + 1), device="neuron")
+    dist.all_reduce(a, group=alone)
+    out["split_group-singletons"] = (a.cpu(), torch.full((2,), float(rank + 1)))
+    pair = dist.split_group(split_ranks=[[1, 0]])
+    b = torch.full((2,), float(rank + 1), device="neuron")
+    dist.all_reduce(b, group=pair)
+    out["split_group-pair"] = (b.cpu(), torch.full((2,), 3.0))
+    out["split_group-pair-rank"] = (dist.get_rank(pair), 1 - rank)
     dist.barrier()
     dist.destroy_process_group()
     return out
