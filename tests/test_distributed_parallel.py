@@ -7,9 +7,11 @@ backend in one process, and the two must agree bit for bit: the device runs
 CPU's own kernels and the backend carries Gloo's own algorithms. Each launch
 is a set of real processes bounded by a timeout.
 
-The 4-process 2-D mesh (FSDP x TP) takes over a minute on a 2-core machine:
-it is marked ``slow_distributed`` and runs only when selected
-(``pytest -m slow_distributed``) or with NEURON_SLOW_DISTRIBUTED=1.
+The 4-process launches (the DCP load resharded onto 4 ranks, the 2-D mesh
+FSDP x TP) take about a minute each on a 2-core machine, mostly four
+interpreters importing torch: they are marked ``slow_distributed`` and run
+only when selected (``pytest -m slow_distributed``) or with
+NEURON_SLOW_DISTRIBUTED=1.
 """
 import os
 
@@ -62,6 +64,15 @@ def check_pairs(results, minimum):
 
 def ref(results, rank, key):
     return results[rank][key][1]
+
+
+# The slow_distributed tests run only when selected: -m slow_distributed (or
+# NEURON_SLOW_DISTRIBUTED=1); a plain run skips them without launching.
+only_when_selected = pytest.mark.skipif(
+    "not (os.environ.get('NEURON_SLOW_DISTRIBUTED') == '1'"
+    " or 'slow_distributed' in (config.getoption('markexpr') or ''))",
+    reason="4-process run (about a minute on 2 cores): select with -m slow_distributed "
+           "or NEURON_SLOW_DISTRIBUTED=1")
 
 
 # ---------------------------------------------------------------------------
@@ -216,6 +227,8 @@ def test_dcp_save_sharded_load_on_one_rank(checkpoint):
     assert torch.isfinite(torch.tensor(r["loss-after-load"]))
 
 
+@pytest.mark.slow_distributed
+@only_when_selected
 def test_dcp_load_resharded_on_four_ranks(checkpoint):
     # The 2-rank checkpoint loaded into FSDP2 on 4 ranks (resharding: the head's
     # 9 rows become 3+3+3+0): each rank's gathered model and optimizer state is
@@ -230,19 +243,12 @@ def test_dcp_load_resharded_on_four_ranks(checkpoint):
 
 
 # ---------------------------------------------------------------------------
-# 2-D mesh (4 processes): slow on a 2-core machine
-
-
-@pytest.fixture
-def slow_distributed_selected(request):
-    if not (os.environ.get("NEURON_SLOW_DISTRIBUTED") == "1"
-            or "slow_distributed" in (request.config.getoption("markexpr") or "")):
-        pytest.skip("4-process run (over a minute on 2 cores): select with "
-                    "-m slow_distributed or NEURON_SLOW_DISTRIBUTED=1")
+# 2-D mesh (4 processes)
 
 
 @pytest.mark.slow_distributed
-def test_fsdp_x_tp_2d_mesh(slow_distributed_selected):
+@only_when_selected
+def test_fsdp_x_tp_2d_mesh():
     # init_device_mesh("neuron", (2, 2), ("dp", "tp")): each block's MLP tensor
     # parallel over "tp" (Colwise up, Rowwise down), FSDP2 over "dp"; 2 AdamW
     # steps, the loss and every full parameter after each step, on all 4 ranks.
