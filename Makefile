@@ -3,7 +3,7 @@
 #   make test   set up, build, run every test (runtime suites also under
 #               ASan+UBSan and TSan; the Python suites on the neuron device)
 # Other targets: build, bench, bench-py, bench-compile, bench-distributed, conformance, python-tests,
-# runtime-tests, runtime-demo, sanitize, fuzz, reliability, exit-stress, clean.
+# runtime-tests, runtime-demo, sanitize, test-distributed-long, fuzz, reliability, exit-stress, clean.
 
 VENV ?= $(HOME)/.cache/torchneuron/venv
 PYTHON := $(VENV)/bin/python
@@ -17,7 +17,7 @@ export CCACHE_NOHASHDIR := 1
 
 .PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests conformance clean fuzz fuzz-build fuzz-short \
-        reliability exit-stress bench-compile bench-distributed
+        reliability exit-stress bench-compile bench-distributed test-distributed-long
 
 all: build
 
@@ -93,6 +93,13 @@ ifneq ($(BACKEND),)
 endif
 
 test: runtime-tests sanitize fuzz-short python-tests reliability
+
+# The 4-process distributed runs (DCP resharded onto 4 ranks, FSDP x TP on a
+# 2-D mesh) and TorchTitan at 4 ranks: minutes on 2 cores, so not in make test.
+test-distributed-long: backend
+ifneq ($(BACKEND),)
+	NEURON_SLOW_DISTRIBUTED=1 $(PYTHON) -m pytest -q -m slow_distributed tests
+endif
 
 # Bad inputs across the Python API and a training soak, crash- and
 # hang-isolated (tests/reliability/run.py); once, not under both launch modes.

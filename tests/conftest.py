@@ -24,8 +24,17 @@ requires_async = pytest.mark.skipif(
     LAUNCH_BLOCKING, reason="observes asynchronous execution; NEURON_LAUNCH_BLOCKING=1")
 
 
+# Multi-process suites (tests/distributed): their launch-blocking behaviour
+# is covered by the collective matrix, point-to-point and pipeline tests;
+# the rest run in the plain pass only (each launch starts interpreters).
+plain_pass_only = pytest.mark.skipif(
+    LAUNCH_BLOCKING, reason="multi-process suite: plain pass only (NEURON_LAUNCH_BLOCKING=1)")
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "multidevice: needs at least two neuron devices")
+    config.addinivalue_line(
+        "markers", "slow_distributed: 4-process distributed runs (make test-distributed-long)")
 
 
 def _reset_streams_and_device():

@@ -9,6 +9,7 @@ definition computed with Gloo's SUM. Each launch is a set of real processes
 import pytest
 import torch
 
+from conftest import plain_pass_only
 from tests.distributed.launcher import run_ranks
 
 pytestmark = pytest.mark.skipif(
@@ -55,10 +56,12 @@ def test_point_to_point():
     check_pairs(run_ranks("collectives", "point_to_point"), minimum=18)
 
 
+@plain_pass_only
 def test_groups_coalescing_functional_and_compiled_collectives():
     check_pairs(run_ranks("collectives", "groups_and_functional", timeout=400), minimum=16)
 
 
+@plain_pass_only
 def test_neuron_backend_serves_cpu_tensors_too_and_splits():
     check_pairs(run_ranks("collectives", "neuron_only_backend"), minimum=12)
 
@@ -74,6 +77,18 @@ def test_collective_follows_stream_order_without_host_wait():
         assert "c10d::allreduce" in r["profiled"], r["profiled"]
 
 
+@plain_pass_only
+def test_mismatched_collectives_raise_on_every_rank_and_the_group_goes_on():
+    results = run_ranks("collectives", "mismatch")
+    check_pairs(results, minimum=2)
+    for rank, r in enumerate(results):
+        for name in ("all_reduce-sizes", "all_reduce-dtypes", "broadcast-roots",
+                     "all_gather_into_tensor-sizes"):
+            assert r[name] is not None, f"rank {rank}: {name} raised nothing"
+            assert "called it with different arguments" in r[name], r[name]
+
+
+@plain_pass_only
 @pytest.mark.parametrize("case,within", [("dead_peer", 5.0), ("hung_peer", 9.0)])
 def test_failed_peer_raises_within_timeout_naming_the_collective(case, within):
     (r, _) = run_ranks("collectives", case, timeout=120, expect_failure={1})
@@ -83,6 +98,7 @@ def test_failed_peer_raises_within_timeout_naming_the_collective(case, within):
     assert r["device_ok"]
 
 
+@plain_pass_only
 def test_ddp_matches_ddp_on_cpu_gloo_bitwise():
     # The demo GPT under DDP on 2 ranks (default buckets, many small buckets,
     # no_sync accumulation, gradient_as_bucket_view): every step's loss and
@@ -90,6 +106,7 @@ def test_ddp_matches_ddp_on_cpu_gloo_bitwise():
     check_pairs(run_ranks("ddp", "gpt_parity", timeout=300), minimum=4 * 3 * 2)
 
 
+@plain_pass_only
 def test_ddp_unused_parameters_and_comm_future():
     check_pairs(run_ranks("ddp", "unused_parameters"), minimum=7)
 
@@ -121,6 +138,7 @@ def _torchrun(tmp_path, *launches, timeout=180):
     return [json.loads(f.read_text()) for f in sorted(tmp_path.glob("rank*.json"))]
 
 
+@plain_pass_only
 def test_torchrun_single_node_picks_neuron_device_per_local_rank(tmp_path):
     results = _torchrun(tmp_path, ["--standalone", "--nproc_per_node=2"])
     assert len(results) == 2
@@ -130,6 +148,7 @@ def test_torchrun_single_node_picks_neuron_device_per_local_rank(tmp_path):
         assert [s["device"] for s in r["seen"]] == ["neuron:0", "neuron:1"]
 
 
+@plain_pass_only
 def test_torchrun_two_nodes_on_loopback(tmp_path):
     # Two torchrun launches (nodes 0 and 1) meeting at one rendezvous on
     # 127.0.0.1: TCPStore, rank mapping and Gloo's TCP transport between them.
@@ -145,6 +164,7 @@ def test_torchrun_two_nodes_on_loopback(tmp_path):
         assert sorted(s["node"] for s in r["seen"]) == [0, 1]
 
 
+@plain_pass_only
 def test_two_rank_ddp_and_fsdp2_follow_single_device_training():
     # examples/train_gpt_distributed.py (make demo runs it): the demo GPT on 2
     # ranks (DDP, then FSDP2) against one device with the whole batch; the

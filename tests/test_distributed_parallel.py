@@ -18,6 +18,8 @@ import os
 import pytest
 import torch
 
+from conftest import plain_pass_only
+
 from tests.distributed.launcher import run_ranks
 
 pytestmark = pytest.mark.skipif(
@@ -95,6 +97,7 @@ def check_fsdp(results, configs, steps=3):
         assert ref(results, 1, f"{name}-local-head.weight").shape == (4, 16)
 
 
+@plain_pass_only
 def test_fsdp2_fp32_reshard_keep_sum_and_divide_factor():
     # FSDP2 fully_shard on a 2-block pre-norm MLP (2 ranks, 3 AdamW steps): the
     # loss and every full parameter (full_tensor()) after each step, rank by
@@ -117,6 +120,7 @@ def test_fsdp2_fp32_reshard_keep_sum_and_divide_factor():
         assert r["fp32-divide4-reduce-ops-cpu"] == ["SUM"]
 
 
+@plain_pass_only
 def test_fsdp2_bf16_mixed_precision():
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), reshard after
     # forward and not: the blocks compute in bf16 (bf16 all-gather), gradients
@@ -137,6 +141,7 @@ def test_fsdp2_bf16_mixed_precision():
 # DTensor, tensor and sequence parallel
 
 
+@plain_pass_only
 def test_dtensor_and_tensor_parallel():
     # init_device_mesh("neuron", (2,)) with no process group yet (it makes the
     # default group: "neuron:neuron" in torch 2.14); the reference runs on a
@@ -209,6 +214,7 @@ def check_loaded(loaded, full):
     assert sum(isinstance(v, torch.Tensor) for v in full.values()) >= 18 * 3  # params + exp_avg(_sq)
 
 
+@plain_pass_only
 def test_dcp_save_sharded_load_on_one_rank(checkpoint):
     # The saved state (model and optimizer, gathered) matches the reference bit
     # for bit, and so do the checkpoint's data files; loaded on 1 rank into a

@@ -24,6 +24,7 @@ const BackendConfig& backendConfig() {
   static const BackendConfig config = [] {
     BackendConfig c;
     c.async_path = readBool("TORCHNEURON_ASYNC", c.async_path);
+    c.dist_check = readBool("TORCHNEURON_DIST_CHECK", c.dist_check);
     return c;
   }();
   return config;

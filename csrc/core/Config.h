@@ -4,6 +4,10 @@
 //                         synchronous generic path (default 1: the
 //                         asynchronous generic path where it applies); a
 //                         debugging aid, like NEURON_LAUNCH_BLOCKING
+//   TORCHNEURON_DIST_CHECK=0  skip the agreement check before each neuron
+//                         collective (default 1: the ranks first agree on the
+//                         operation, dtype and sizes, one small all-reduce,
+//                         so that a mismatch raises instead of aborting in Gloo)
 //
 // The runtime's own variables (NEURON_RT_*, NEURON_LAUNCH_BLOCKING) are read by
 // the runtime.
@@ -15,6 +19,7 @@ namespace torchneuron {
 
 struct BackendConfig {
   bool async_path = true;
+  bool dist_check = true;
 };
 
 // Read once, on first use.

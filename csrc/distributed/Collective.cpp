@@ -102,8 +102,8 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
   ready.record(getCurrentStream(c.device).unwrap());
   ready.block(streams.start.unwrap());
 
-  auto info = std::make_shared<const Collective>(Collective{c.name, c.opType, c.rank, c.device,
-                                                            {}, {}, {}, c.hostBlocking});
+  auto info = std::make_shared<const Collective>(Collective{
+      c.name, c.opType, c.rank, c.device, {}, {}, {}, c.hostBlocking, c.root, c.reduceOp});
   launchWork(streams.start, describe(startName, c), [state, info, start = std::move(start)] {
     try {
       auto w = start();

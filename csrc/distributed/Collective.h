@@ -43,6 +43,8 @@ struct Collective {
   std::vector<at::Tensor> writes;   // ... and writes (its outputs)
   std::vector<at::Tensor> scratch;  // device buffers the items use internally
   bool hostBlocking = false;        // barrier: wait() blocks the host
+  int64_t root = -1;                // broadcast, reduce, gather, scatter: the root rank
+  int64_t reduceOp = -1;            // reductions: the c10d ReduceOp
 };
 
 // Runs on the executor: starts the transport's operation on CPU views.

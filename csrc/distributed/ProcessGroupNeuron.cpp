@@ -1,6 +1,8 @@
 #include "distributed/ProcessGroupNeuron.h"
 
 #include "aten/Common.h"
+#include "core/Config.h"
+#include "distributed/Agreement.h"
 
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/mul.h>
@@ -130,6 +132,29 @@ void divideAll(const TensorList& views, int by) {
   for (const auto& v : views) v.div_(by);
 }
 
+// What the ranks must agree on before a collective starts (Agreement.h), or
+// nothing for operations whose ranks legitimately differ or pair up.
+std::optional<Signature> agreementSignature(const Collective& c) {
+  switch (c.opType) {
+    case OpType::SEND: case OpType::RECV: case OpType::RECVANYSOURCE: case OpType::BARRIER:
+      return std::nullopt;  // point to point, or no data
+    case OpType::SCATTER:
+      return signatureOf(static_cast<int>(c.opType), c.root, c.writes);  // only the root has inputs
+    case OpType::ALLTOALL_BASE: case OpType::ALLTOALL: {
+      // Ranks may send each other different amounts: only the dtype and count must agree.
+      Signature s = signatureOf(static_cast<int>(c.opType), -1, {});
+      s.values[2] = c.reads.empty() ? -1 : static_cast<int64_t>(c.reads.front().scalar_type());
+      s.values[3] = static_cast<int64_t>(c.reads.size());
+      return s;
+    }
+    default: {
+      Signature s = signatureOf(static_cast<int>(c.opType), c.root, c.reads);
+      s.add("reduce op", c.reduceOp);
+      return s;
+    }
+  }
+}
+
 }  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank,
@@ -167,6 +192,14 @@ const CollectiveStreams& ProcessGroupNeuron::streamsFor(c10::DeviceIndex device)
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(Collective c, StartFn start,
                                                           FinishFn finish) {
   c.rank = getRank();
+  if (backendConfig().dist_check) {
+    if (auto sig = agreementSignature(c)) {
+      start = [t = transport_, name = c.name, sig = std::move(*sig), start = std::move(start)] {
+        agree(*t, name, sig);
+        return start();
+      };
+    }
+  }
   auto work = launchCollective(streamsFor(c.device), std::move(c), std::move(start),
                                std::move(finish));
   if (coalescing_) coalesced_.push_back(work);
@@ -178,7 +211,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   const auto device = placement("broadcast", {&tensors});
   if (!device) return transport_->broadcast(tensors, opts);
   auto views = hostViews(tensors);
-  return launch({"c10d::broadcast", OpType::BROADCAST, 0, *device, tensors, tensors},
+  Collective c{"c10d::broadcast", OpType::BROADCAST, 0, *device, tensors, tensors};
+  c.root = opts.rootRank;
+  return launch(std::move(c),
                 [t = transport_, views, opts]() mutable { return t->broadcast(views, opts); });
 }
 
@@ -188,6 +223,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   if (!device) return transport_->allreduce(tensors, opts);
   Collective c{"c10d::allreduce", OpType::ALLREDUCE, 0, *device, tensors, tensors};
   const auto plan = planReduce("allreduce", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
+  c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
   auto views = hostViews(tensors);
   auto o = opts;
   o.reduceOp = plan.transportOp;
@@ -211,6 +247,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
                tensors};
   const auto plan =
       planReduce("allreduce_coalesced", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
+  c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
   auto views = hostViews(tensors);
   auto o = opts;
   o.reduceOp = plan.transportOp;
@@ -231,7 +268,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   const auto device = placement("reduce", {&tensors});
   if (!device) return transport_->reduce(tensors, opts);
   Collective c{"c10d::reduce", OpType::REDUCE, 0, *device, tensors, tensors};
+  c.root = opts.rootRank;
   const auto plan = planReduce("reduce", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
+  c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
   auto views = hostViews(tensors);
   auto o = opts;
   o.reduceOp = plan.transportOp;
@@ -313,7 +352,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
   if (!device) return transport_->gather(outputs, inputs, opts);
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
-  return launch({"c10d::gather", OpType::GATHER, 0, *device, inputs, flatten(outputs)},
+  Collective c{"c10d::gather", OpType::GATHER, 0, *device, inputs, flatten(outputs)};
+  c.root = opts.rootRank;
+  return launch(std::move(c),
                 [t = transport_, in, out, opts]() mutable { return t->gather(out, in, opts); });
 }
 
@@ -324,7 +365,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
   if (!device) return transport_->scatter(outputs, inputs, opts);
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
-  return launch({"c10d::scatter", OpType::SCATTER, 0, *device, flatten(inputs), outputs},
+  Collective c{"c10d::scatter", OpType::SCATTER, 0, *device, flatten(inputs), outputs};
+  c.root = opts.rootRank;
+  return launch(std::move(c),
                 [t = transport_, in, out, opts]() mutable { return t->scatter(out, in, opts); });
 }
 
@@ -335,6 +378,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
   if (!device) return transport_->reduce_scatter(outputs, inputs, opts);
   Collective c{"c10d::reduce_scatter", OpType::REDUCE_SCATTER, 0, *device, flatten(inputs), outputs};
   const auto plan = planReduce("reduce_scatter", opts.reduceOp, dtypeOf(outputs), getSize(), c.scratch);
+  c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
   // PREMUL_SUM scales copies: the inputs are not the caller's to change.
   TensorLists sources = inputs;
   if (plan.premul) {
@@ -369,6 +413,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
   Collective c{"c10d::reduce_scatter_tensor", OpType::_REDUCE_SCATTER_BASE, 0, *device, ins, outs};
   const auto plan =
       planReduce("reduce_scatter_tensor", opts.reduceOp, output.scalar_type(), getSize(), c.scratch);
+  c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
   at::Tensor source = input;
   if (plan.premul) {
     source = at::empty_like(input);
@@ -397,6 +442,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
                outputs};
   const auto plan = planReduce("reduce_scatter_tensor_coalesced", opts.reduceOp, dtypeOf(outputs),
                                getSize(), c.scratch);
+  c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
   TensorList sources = inputs;
   if (plan.premul) {
     for (auto& t : sources) { t = at::empty_like(t); c.scratch.push_back(t); }

@@ -351,6 +351,35 @@ def dead_peer():
     return {"error": err, "seconds": elapsed, "device_ok": ok}
 
 
+def mismatch():
+    """Ranks that pass different sizes or dtypes get an error on every rank,
+    before any transfer (Gloo itself would abort the process), and the
+    group keeps working."""
+    rank, world = setup()
+    out = {}
+    cases = {
+        "all_reduce-sizes": lambda: dist.all_reduce(torch.ones(4 + rank, device="neuron")),
+        "all_reduce-dtypes": lambda: dist.all_reduce(
+            torch.ones(4, device="neuron", dtype=torch.float32 if rank else torch.float64)),
+        "broadcast-roots": lambda: dist.broadcast(torch.ones(4, device="neuron"), src=rank),
+        "all_gather_into_tensor-sizes": lambda: dist.all_gather_into_tensor(
+            torch.empty(2 * (3 + rank), device="neuron"), torch.ones(3 + rank, device="neuron")),
+    }
+    for name, call in cases.items():
+        err = None
+        try:
+            call()
+            torch.neuron.synchronize()
+        except RuntimeError as e:
+            err = str(e)
+        out[name] = err
+    ok = torch.full((5,), float(rank + 1), device="neuron")
+    dist.all_reduce(ok)
+    out["after"] = (ok.cpu(), torch.full((5,), 3.0))
+    dist.destroy_process_group()
+    return out
+
+
 def hung_peer():
     """Rank 1 stops taking part (alive, silent): rank 0 raises after the 5 s timeout."""
     import datetime

@@ -3,7 +3,9 @@
 Registered when torchneuron loads, as ``torch.distributed.Backend("neuron")``
 for the devices ``neuron`` and ``cpu``, so that
 
-* ``init_process_group()`` with no backend (``cpu:gloo,neuron:neuron``),
+* ``init_process_group()`` with no backend (torch maps the accelerator only:
+  ``neuron:neuron``, as it maps CUDA to ``cuda:nccl`` alone; CPU tensors then
+  need ``"neuron"`` or ``"cpu:gloo,neuron:neuron"``),
 * ``init_process_group("neuron")`` (one backend for neuron and CPU tensors),
 * ``"cpu:gloo,neuron:neuron"`` and ``init_device_mesh("neuron", ...)``,
 * accelerate (``backend="neuron"``) and TorchTitan (the device's mapped backend)
