@@ -18,7 +18,7 @@ import os
 import pytest
 import torch
 
-from conftest import plain_pass_only
+from conftest import LAUNCH_BLOCKING, plain_pass_only
 
 from tests.distributed.launcher import run_ranks
 
@@ -77,6 +77,31 @@ only_when_selected = pytest.mark.skipif(
            "or NEURON_SLOW_DISTRIBUTED=1")
 
 
+# The 2-rank workers run in one launch (one after another in the same two
+# processes: interpreter start-ups dominate on 2 cores); under
+# NEURON_LAUNCH_BLOCKING=1 only the pipeline (point-to-point) runs.
+FSDP_FP32 = ["fp32-reshard", "fp32-keep", "fp32-force-sum", "fp32-divide4"]
+FSDP_BF16 = ["bf16-reshard", "bf16-keep"]
+# (dtensor starts from no process group at all, so it gets processes of its own.)
+TWO_RANK = ["pipeline"] if LAUNCH_BLOCKING else ["fsdp", "pipeline"]
+
+
+@pytest.fixture(scope="module")
+def two_rank():
+    results = run_ranks("parallel", ",".join(TWO_RANK), timeout=2 * TIMEOUT,
+                        env={"FSDP_CONFIGS": ",".join(FSDP_FP32 + FSDP_BF16)})
+    out = {name: [r[name] for r in results] for name in TWO_RANK}
+    if not LAUNCH_BLOCKING:
+        out["dtensor"] = run_ranks("parallel", "dtensor", timeout=TIMEOUT)
+    return out
+
+
+def only(results, configs):
+    """The part of the fsdp results that belongs to `configs`."""
+    return [{k: v for k, v in r.items() if any(k.startswith(c + "-") for c in configs)}
+            for r in results]
+
+
 # ---------------------------------------------------------------------------
 # FSDP2
 
@@ -98,7 +123,7 @@ def check_fsdp(results, configs, steps=3):
 
 
 @plain_pass_only
-def test_fsdp2_fp32_reshard_keep_sum_and_divide_factor():
+def test_fsdp2_fp32_reshard_keep_sum_and_divide_factor(two_rank):
     # FSDP2 fully_shard on a 2-block pre-norm MLP (2 ranks, 3 AdamW steps): the
     # loss and every full parameter (full_tensor()) after each step, rank by
     # rank. FSDP picks its reduce op from the reduce dtype, the divide factor and
@@ -107,9 +132,8 @@ def test_fsdp2_fp32_reshard_keep_sum_and_divide_factor():
     # divide factor 4 gives PREMUL_SUM(1/4) on neuron; Gloo has no PREMUL_SUM,
     # so its reference forces SUM and divides by 4 after, the same bits for a
     # power-of-2 factor (exact scaling commutes with the rounding of the sum).
-    configs = ["fp32-reshard", "fp32-keep", "fp32-force-sum", "fp32-divide4"]
-    results = run_ranks("parallel", "fsdp", timeout=TIMEOUT,
-                        env={"FSDP_CONFIGS": ",".join(configs)})
+    configs = FSDP_FP32
+    results = only(two_rank["fsdp"], configs)
     check_pairs(results, minimum=2 * 4 * 60)
     check_fsdp(results, configs)
     for r in results:
@@ -121,13 +145,12 @@ def test_fsdp2_fp32_reshard_keep_sum_and_divide_factor():
 
 
 @plain_pass_only
-def test_fsdp2_bf16_mixed_precision():
+def test_fsdp2_bf16_mixed_precision(two_rank):
     # MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), reshard after
     # forward and not: the blocks compute in bf16 (bf16 all-gather), gradients
     # are reduce-scattered in fp32 (AVG), the sharded parameters stay fp32.
-    configs = ["bf16-reshard", "bf16-keep"]
-    results = run_ranks("parallel", "fsdp", timeout=TIMEOUT,
-                        env={"FSDP_CONFIGS": ",".join(configs)})
+    configs = FSDP_BF16
+    results = only(two_rank["fsdp"], configs)
     check_pairs(results, minimum=2 * 2 * 60)
     check_fsdp(results, configs)
     for r in results:
@@ -142,7 +165,7 @@ def test_fsdp2_bf16_mixed_precision():
 
 
 @plain_pass_only
-def test_dtensor_and_tensor_parallel():
+def test_dtensor_and_tensor_parallel(two_rank):
     # init_device_mesh("neuron", (2,)) with no process group yet (it makes the
     # default group: "neuron:neuron" in torch 2.14); the reference runs on a
     # Gloo group of the same ranks (DeviceMesh.from_group). distribute_tensor
@@ -152,7 +175,7 @@ def test_dtensor_and_tensor_parallel():
     # (ColwiseParallel + RowwiseParallel) and SP (SequenceParallel norm,
     # Colwise from Shard(1), Rowwise to Shard(1)) forward + backward: outputs,
     # input grads, parameter grads.
-    results = run_ranks("parallel", "dtensor", timeout=TIMEOUT)
+    results = two_rank["dtensor"]
     check_pairs(results, minimum=2 * 48)
     for pl in ("shard0", "shard1-uneven", "replicate"):
         # src_data_rank=0: rank 0's data everywhere; None: each rank's own chunk.
@@ -176,12 +199,12 @@ def test_dtensor_and_tensor_parallel():
 # Pipeline parallel
 
 
-def test_pipeline_two_stages_gpipe_and_1f1b():
+def test_pipeline_two_stages_gpipe_and_1f1b(two_rank):
     # A 7-layer MLP split into 2 PipelineStages (manual split), 4 microbatches,
     # ScheduleGPipe and Schedule1F1B, 2 SGD steps: the last stage's output and
     # per-microbatch losses, every stage's grads after each step, the final
     # parameters (activations and grads cross ranks by send/recv).
-    results = run_ranks("parallel", "pipeline", timeout=TIMEOUT)
+    results = two_rank["pipeline"]
     check_pairs(results, minimum=24 + 32)
     # Sanity of the reference: the pipelined first step is the plain one.
     plain = results[1]["plain"]

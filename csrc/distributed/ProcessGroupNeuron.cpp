@@ -206,10 +206,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(Collective c, StartFn 
   return work;
 }
 
+namespace {
+// The works of CPU-tensor calls made while coalescing: done when all are.
+class HostWorks : public c10d::Work {
+ public:
+  explicit HostWorks(std::vector<c10::intrusive_ptr<c10d::Work>> works)
+      : c10d::Work(-1, c10d::OpType::COALESCED), works_(std::move(works)) {}
+  bool isCompleted() override {
+    for (auto& w : works_) if (!w->isCompleted()) return false;
+    return true;
+  }
+  bool isSuccess() const override {
+    for (auto& w : works_) if (!w->isSuccess()) return false;
+    return true;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (auto& w : works_) w->wait(timeout);
+    return true;
+  }
+  void synchronize() override {
+    for (auto& w : works_) w->synchronize();
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::onHost(c10::intrusive_ptr<c10d::Work> work) {
+  if (coalescing_ && work) coalescedOnHost_.push_back(work);
+  return work;
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
   const auto device = placement("broadcast", {&tensors});
-  if (!device) return transport_->broadcast(tensors, opts);
+  if (!device) return onHost(transport_->broadcast(tensors, opts));
   auto views = hostViews(tensors);
   Collective c{"c10d::broadcast", OpType::BROADCAST, 0, *device, tensors, tensors};
   c.root = opts.rootRank;
@@ -220,7 +252,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   const auto device = placement("allreduce", {&tensors});
-  if (!device) return transport_->allreduce(tensors, opts);
+  if (!device) return onHost(transport_->allreduce(tensors, opts));
   Collective c{"c10d::allreduce", OpType::ALLREDUCE, 0, *device, tensors, tensors};
   const auto plan = planReduce("allreduce", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
   c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
@@ -242,7 +274,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const auto device = placement("allreduce_coalesced", {&tensors});
-  if (!device) return transport_->allreduce_coalesced(tensors, opts);
+  if (!device) return onHost(transport_->allreduce_coalesced(tensors, opts));
   Collective c{"c10d::allreduce_coalesced", OpType::ALLREDUCE_COALESCED, 0, *device, tensors,
                tensors};
   const auto plan =
@@ -266,7 +298,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
   const auto device = placement("reduce", {&tensors});
-  if (!device) return transport_->reduce(tensors, opts);
+  if (!device) return onHost(transport_->reduce(tensors, opts));
   Collective c{"c10d::reduce", OpType::REDUCE, 0, *device, tensors, tensors};
   c.root = opts.rootRank;
   const auto plan = planReduce("reduce", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
@@ -291,7 +323,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const auto device = placement("allgather", {&inputs}, {&outputs});
-  if (!device) return transport_->allgather(outputs, inputs, opts);
+  if (!device) return onHost(transport_->allgather(outputs, inputs, opts));
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::allgather", OpType::ALLGATHER, 0, *device, inputs, flatten(outputs)},
@@ -302,7 +334,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   TensorList ins{input}, outs{output};
   const auto device = placement("all_gather_into_tensor", {&ins, &outs});
-  if (!device) return transport_->_allgather_base(output, input, opts);
+  if (!device) return onHost(transport_->_allgather_base(output, input, opts));
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "all_gather_into_tensor: the output has ",
               output.numel(), " elements, expected the input's ", input.numel(), " times the group size ",
               getSize());
@@ -321,7 +353,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const auto device = placement("allgather_coalesced", {&inputs}, {&outputs});
-  if (!device) return transport_->allgather_coalesced(outputs, inputs, opts);
+  if (!device) return onHost(transport_->allgather_coalesced(outputs, inputs, opts));
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::allgather_coalesced", OpType::ALLGATHER_COALESCED, 0, *device, inputs,
@@ -335,7 +367,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const auto device = placement("allgather_into_tensor_coalesced", {&inputs, &outputs});
-  if (!device) return transport_->allgather_into_tensor_coalesced(outputs, inputs, opts);
+  if (!device) return onHost(transport_->allgather_into_tensor_coalesced(outputs, inputs, opts));
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::allgather_into_tensor_coalesced", OpType::COALESCED, 0, *device, inputs,
@@ -349,7 +381,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
   const auto device = placement("gather", {&inputs}, {&outputs});
-  if (!device) return transport_->gather(outputs, inputs, opts);
+  if (!device) return onHost(transport_->gather(outputs, inputs, opts));
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   Collective c{"c10d::gather", OpType::GATHER, 0, *device, inputs, flatten(outputs)};
@@ -362,7 +394,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   const auto device = placement("scatter", {&outputs}, {&inputs});
-  if (!device) return transport_->scatter(outputs, inputs, opts);
+  if (!device) return onHost(transport_->scatter(outputs, inputs, opts));
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   Collective c{"c10d::scatter", OpType::SCATTER, 0, *device, flatten(inputs), outputs};
@@ -375,7 +407,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const auto device = placement("reduce_scatter", {&outputs}, {&inputs});
-  if (!device) return transport_->reduce_scatter(outputs, inputs, opts);
+  if (!device) return onHost(transport_->reduce_scatter(outputs, inputs, opts));
   Collective c{"c10d::reduce_scatter", OpType::REDUCE_SCATTER, 0, *device, flatten(inputs), outputs};
   const auto plan = planReduce("reduce_scatter", opts.reduceOp, dtypeOf(outputs), getSize(), c.scratch);
   c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
@@ -406,7 +438,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   TensorList ins{input}, outs{output};
   const auto device = placement("reduce_scatter_tensor", {&ins, &outs});
-  if (!device) return transport_->_reduce_scatter_base(output, input, opts);
+  if (!device) return onHost(transport_->_reduce_scatter_base(output, input, opts));
   TORCH_CHECK(input.numel() == output.numel() * getSize(), "reduce_scatter_tensor: the input has ",
               input.numel(), " elements, expected the output's ", output.numel(),
               " times the group size ", getSize());
@@ -437,7 +469,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const auto device = placement("reduce_scatter_tensor_coalesced", {&inputs, &outputs});
-  if (!device) return transport_->reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+  if (!device) return onHost(transport_->reduce_scatter_tensor_coalesced(outputs, inputs, opts));
   Collective c{"c10d::reduce_scatter_tensor_coalesced", OpType::COALESCED, 0, *device, inputs,
                outputs};
   const auto plan = planReduce("reduce_scatter_tensor_coalesced", opts.reduceOp, dtypeOf(outputs),
@@ -469,7 +501,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
     std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
   TensorList ins{input}, outs{output};
   const auto device = placement("all_to_all_single", {&ins, &outs});
-  if (!device) return transport_->alltoall_base(output, input, outputSplits, inputSplits, opts);
+  if (!device) return onHost(transport_->alltoall_base(output, input, outputSplits, inputSplits, opts));
   auto in = hostView(input);
   auto out = hostView(output);
   return launch({"c10d::all_to_all_single", OpType::ALLTOALL_BASE, 0, *device, ins, outs},
@@ -482,7 +514,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions& opts) {
   const auto device = placement("all_to_all", {&inputs, &outputs});
-  if (!device) return transport_->alltoall(outputs, inputs, opts);
+  if (!device) return onHost(transport_->alltoall(outputs, inputs, opts));
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::all_to_all", OpType::ALLTOALL, 0, *device, inputs, outputs},
@@ -492,7 +524,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors,
                                                         int dstRank, int tag) {
   const auto device = placement("send", {&tensors});
-  if (!device) return transport_->send(tensors, dstRank, tag);
+  if (!device) return onHost(transport_->send(tensors, dstRank, tag));
   auto views = hostViews(tensors);
   return launch({"c10d::send", OpType::SEND, 0, *device, tensors, {}},
                 [t = transport_, views, dstRank, tag]() mutable {
@@ -503,7 +535,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors,
                                                         int srcRank, int tag) {
   const auto device = placement("recv", {&tensors});
-  if (!device) return transport_->recv(tensors, srcRank, tag);
+  if (!device) return onHost(transport_->recv(tensors, srcRank, tag));
   auto views = hostViews(tensors);
   return launch({"c10d::recv", OpType::RECV, 0, *device, {}, tensors},
                 [t = transport_, views, srcRank, tag]() mutable {
@@ -514,7 +546,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                  int tag) {
   const auto device = placement("recv", {&tensors});
-  if (!device) return transport_->recvAnysource(tensors, tag);
+  if (!device) return onHost(transport_->recvAnysource(tensors, tag));
   auto views = hostViews(tensors);
   return launch({"c10d::recv_anysource", OpType::RECVANYSOURCE, 0, *device, {}, tensors},
                 [t = transport_, views, tag]() mutable { return t->recvAnysource(views, tag); });
@@ -548,6 +580,7 @@ void ProcessGroupNeuron::startCoalescing() {
   TORCH_CHECK(!coalescing_, "startCoalescing: the neuron process group is already coalescing");
   coalescing_ = true;
   coalesced_.clear();
+  coalescedOnHost_.clear();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::endCoalescing() {
@@ -555,6 +588,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::endCoalescing() {
   coalescing_ = false;
   auto works = std::move(coalesced_);
   coalesced_.clear();
+  auto onHostWorks = std::move(coalescedOnHost_);
+  coalescedOnHost_.clear();
+  if (works.empty() && !onHostWorks.empty()) {
+    return c10::make_intrusive<HostWorks>(std::move(onHostWorks));
+  }
+  TORCH_CHECK(onHostWorks.empty(), "endCoalescing: a coalesced group mixes CPU and neuron tensors");
   const c10::DeviceIndex device = works.empty() ? currentDevice() : works.front()->device().index();
   return joinWorks(streamsFor(device), getRank(), works);
 }

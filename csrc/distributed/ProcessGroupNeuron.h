@@ -89,6 +89,10 @@ class ProcessGroupNeuron : public c10d::Backend {
                                                int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    transport_->monitoredBarrier(opts, waitAllRanks);  // a host-side debugging barrier
+  }
+
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
@@ -96,6 +100,8 @@ class ProcessGroupNeuron : public c10d::Backend {
   // The two streams collectives of this group use on `device` (made once).
   const CollectiveStreams& streamsFor(c10::DeviceIndex device);
   c10::intrusive_ptr<c10d::Work> launch(Collective c, StartFn start, FinishFn finish = {});
+  // A CPU-tensor call, handed to the transport as it is (kept when coalescing).
+  c10::intrusive_ptr<c10d::Work> onHost(c10::intrusive_ptr<c10d::Work> work);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
   std::mutex mu_;
@@ -103,6 +109,7 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::DeviceIndex lastDevice_ = -1;  // of the latest collective: the barrier's device
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<NeuronWork>> coalesced_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalescedOnHost_;  // CPU tensors' works
 };
 
 }  // namespace torchneuron::distributed

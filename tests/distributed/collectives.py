@@ -273,6 +273,13 @@ def neuron_only_backend():
     dist.all_reduce(n)
     out["neuron-tensor"] = (n.cpu(), torch.full((3,), 3.0))
     out["backend"] = (dist.get_backend(), "neuron")
+    # Coalesced CPU-tensor calls: the group's work waits for all of them.
+    cpu = [torch.full((n,), float(rank + 1)) for n in (3, 4)]
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        for t in cpu:
+            dist.all_reduce(t)
+    cm.wait()
+    out["cpu-coalesced"] = (cpu, [torch.full((n,), 3.0) for n in (3, 4)])
     # Split into singletons, and into one group of both.
     alone = dist.split_group(split_ranks=[[0], [1]])
     a = torch.full((2,), float(rank + 1), device="neuron")

@@ -35,7 +35,9 @@ class RanksFailed(AssertionError):
 def run_ranks(module: str, function: str, world_size: int = 2, timeout: float = 180,
               env: dict | None = None, expect_failure: set[int] | None = None) -> list:
     """Results of `function` on each rank (None for a rank expected to fail)."""
-    port = free_port()
+    # A port per function: a group made after another was destroyed must not
+    # meet the old store (its server may still be closing).
+    ports = [str(free_port()) for _ in function.split(",")]
     expect_failure = expect_failure or set()
     with tempfile.TemporaryDirectory(prefix="neuron-dist-") as out:
         procs = []
@@ -43,7 +45,8 @@ def run_ranks(module: str, function: str, world_size: int = 2, timeout: float = 
             e = dict(os.environ)
             e.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                      LOCAL_WORLD_SIZE=str(world_size), GROUP_RANK="0",
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                     MASTER_ADDR="127.0.0.1", MASTER_PORT=ports[0],
+                     NEURON_TEST_PORTS=",".join(ports),
                      OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""))
             e.update(env or {})
             log = open(Path(out) / f"rank{rank}.log", "w+")
@@ -83,7 +86,18 @@ def run_ranks(module: str, function: str, world_size: int = 2, timeout: float = 
 
 
 def main() -> None:
-    """The worker side: python -m tests.distributed.<module> <function> <outdir>."""
-    function, out = sys.argv[1], sys.argv[2]
-    result = getattr(sys.modules["__main__"], function)()
+    """The worker side: python -m tests.distributed.<module> <function>[,<function>...] <outdir>.
+
+    Several functions run one after the other in the same processes (each
+    makes and destroys its own process group), which saves interpreter
+    start-ups; the result is then a dict by function name."""
+    functions, out = sys.argv[1].split(","), sys.argv[2]
+    main_module = sys.modules["__main__"]
+    if len(functions) == 1:
+        result = getattr(main_module, functions[0])()
+    else:
+        result = {}
+        for f, port in zip(functions, os.environ["NEURON_TEST_PORTS"].split(",")):
+            os.environ["MASTER_PORT"] = port
+            result[f] = getattr(main_module, f)()
     torch.save(result, Path(out) / f"result{os.environ['RANK']}.pt")
