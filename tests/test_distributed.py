@@ -86,6 +86,7 @@ def test_neuron_backend_serves_cpu_tensors_too_and_splits(collectives):
     check_pairs(collectives["neuron_only_backend"], minimum=14)
 
 
+@plain_pass_only
 def test_collective_follows_stream_order_without_host_wait(collectives):
     results = collectives["stream_semantics"]
     check_pairs(results, minimum=6)
