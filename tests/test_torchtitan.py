@@ -70,6 +70,7 @@ pytestmark = pytest.mark.skipif(
     reason="torch without distributed/Gloo")
 
 RUN_TIMEOUT = 900  # seconds per torchrun launch (a cold Inductor cache included)
+XFAIL_RUN_TIMEOUT = 360  # the run DCP_ORDER_BUG can hang (about 100 s cold when it works)
 STEPS = 5
 SEQ_LEN = 128
 BATCH = 2  # sequences per data-parallel rank of the 2-rank runs
@@ -130,10 +131,48 @@ def _env(workdir):
     return env
 
 
-def run_torchtitan(workdir, name, nproc, extra=(), env_extra=None):
+def _descendants(pid):
+    """The pids of pid's descendants (Linux /proc)."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def stop_launch(proc):
+    """Ends a torchrun launch: SIGTERM to torchrun, which stops its workers
+    (each in its own session), then SIGKILL to whatever of it is left."""
+    pids = _descendants(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in [proc.pid, *pids]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"torch" not in f.read():  # exited, and the pid reused
+                    continue
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+    proc.wait()
+
+
+def run_torchtitan(workdir, name, nproc, extra=(), env_extra=None, timeout=RUN_TIMEOUT):
     """One torchrun launch of torchtitan.train in workdir; returns its losses
-    ({step: loss}), its log and its wall time. The launch (torchrun and its
-    workers, one process group) is killed at RUN_TIMEOUT."""
+    ({step: loss}) and its log. The launch (torchrun and its workers) is
+    stopped after timeout seconds."""
     dump = workdir / name
     cmd = [
         sys.executable, "-m", "torch.distributed.run",
@@ -149,17 +188,16 @@ def run_torchtitan(workdir, name, nproc, extra=(), env_extra=None):
     start = time.monotonic()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT)
         try:
-            rc = proc.wait(timeout=RUN_TIMEOUT)
+            rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop_launch(proc)
             rc = None
     wall = time.monotonic() - start
     text = log_path.read_text()
     tail = "\n".join(text.splitlines()[-60:])
-    assert rc is not None, f"{name}: no result after {RUN_TIMEOUT}s; log tail:\n{tail}"
+    assert rc is not None, f"{name}: no result after {timeout}s; log tail:\n{tail}"
     assert rc == 0, f"{name}: torchrun exited {rc} after {wall:.0f}s; log tail:\n{tail}"
     losses = read_losses(dump, text, name)
     print(f"\n{name}: {wall:.0f}s, losses {losses}")
@@ -268,8 +306,10 @@ def _seeded_ngpu1(workdir, seed_checkpoint):
 @DCP_ORDER_BUG
 def test_seed_checkpoint_ngpu1_vs_ngpu2_fsdp(workdir, seed_checkpoint):
     # The 2-rank run first: it is the one that can fail (then the 1-rank run
-    # is not needed).
-    two, text = run_torchtitan(workdir, "seeded_ngpu2", 2, [*TWO_DP_RANKS, *seed_checkpoint])
+    # is not needed), by an abort in Gloo (seen: 30 s) or a hang (seen in the
+    # minimal repro), hence its shorter bound.
+    two, text = run_torchtitan(workdir, "seeded_ngpu2", 2, [*TWO_DP_RANKS, *seed_checkpoint],
+                               timeout=XFAIL_RUN_TIMEOUT)
     check_run(two, text, "seeded_ngpu2", dp_shard=2, seeded=True)
     compare(_seeded_ngpu1(workdir, seed_checkpoint), two, SEEDED_RTOL, relative=True)
 
