@@ -97,13 +97,17 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
   const c10::Device device(kNeuron, c.device);
   const char* startName = internName(std::string(c.name) + "/start");
 
-  // The start item follows everything queued so far on the caller's stream.
-  c10::Event ready(kNeuron);
-  ready.record(getCurrentStream(c.device).unwrap());
-  ready.block(streams.start.unwrap());
+  // The start item follows everything queued so far on the caller's stream
+  // (a CPU-tensor call needs no device work, only the start stream's order).
+  if (!c.onHost) {
+    c10::Event ready(kNeuron);
+    ready.record(getCurrentStream(c.device).unwrap());
+    ready.block(streams.start.unwrap());
+  }
 
   auto info = std::make_shared<const Collective>(Collective{
-      c.name, c.opType, c.rank, c.device, {}, {}, {}, c.hostBlocking, c.root, c.reduceOp});
+      c.name, c.opType, c.rank, c.device, {}, {}, {}, c.hostBlocking, c.root, c.reduceOp,
+      c.onHost});
   launchWork(streams.start, describe(startName, c), [state, info, start = std::move(start)] {
     try {
       auto w = start();
@@ -140,7 +144,7 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
     auto* allocator = getDeviceAllocator();
     for (const auto& group : tensors) {
       for (const auto& t : group) {
-        if (t.defined() && t.storage().data_ptr().get()) {
+        if (t.defined() && t.device().type() == kNeuron && t.storage().data_ptr().get()) {
           allocator->recordStream(t.storage().data_ptr(), s.finish.unwrap());
         }
       }
@@ -183,7 +187,9 @@ c10::intrusive_ptr<NeuronWork> joinWorks(const CollectiveStreams& streams, int r
   const c10::Device device = streams.finish.device();
   std::vector<at::Tensor> outputs;
   std::vector<std::shared_ptr<CollectiveState>> states;
+  bool hostBlocking = false;
   for (const auto& w : works) {
+    hostBlocking = hostBlocking || w->hostBlocking();
     w->flushPending();
     for (auto& t : w->result()) outputs.push_back(t);
     for (const auto& s : w->states()) states.push_back(s);
@@ -200,7 +206,7 @@ c10::intrusive_ptr<NeuronWork> joinWorks(const CollectiveStreams& streams, int r
   }
   return c10::make_intrusive<NeuronWork>(rank, c10d::OpType::COALESCED, "c10d::coalesced", device,
                                          std::move(outputs), std::move(states), std::move(end),
-                                         std::move(future), false);
+                                         std::move(future), hostBlocking);
 }
 
 }  // namespace torchneuron::distributed

@@ -45,6 +45,7 @@ struct Collective {
   bool hostBlocking = false;        // barrier: wait() blocks the host
   int64_t root = -1;                // broadcast, reduce, gather, scatter: the root rank
   int64_t reduceOp = -1;            // reductions: the c10d ReduceOp
+  bool onHost = false;              // CPU tensors, ordered after the group's queued work
 };
 
 // Runs on the executor: starts the transport's operation on CPU views.

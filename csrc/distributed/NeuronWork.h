@@ -73,6 +73,7 @@ class NeuronWork : public c10d::Work {
 
   const char* name() const { return name_; }
   c10::Device device() const { return device_; }
+  bool hostBlocking() const { return hostBlocking_; }
   const std::vector<std::shared_ptr<CollectiveState>>& states() const { return states_; }
 
  private:

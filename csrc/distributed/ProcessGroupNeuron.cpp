@@ -135,6 +135,7 @@ void divideAll(const TensorList& views, int by) {
 // What the ranks must agree on before a collective starts (Agreement.h), or
 // nothing for operations whose ranks legitimately differ or pair up.
 std::optional<Signature> agreementSignature(const Collective& c) {
+  if (c.onHost) return std::nullopt;  // CPU tensors: Gloo's own behaviour
   switch (c.opType) {
     case OpType::SEND: case OpType::RECV: case OpType::RECVANYSOURCE: case OpType::BARRIER:
       return std::nullopt;  // point to point, or no data
@@ -233,15 +234,32 @@ class HostWorks : public c10d::Work {
 };
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::onHost(c10::intrusive_ptr<c10d::Work> work) {
-  if (coalescing_ && work) coalescedOnHost_.push_back(work);
-  return work;
+c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::onHost(const char* name, StartFn call) {
+  c10::DeviceIndex device = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!streams_.empty()) device = lastDevice_;
+  }
+  if (device < 0) {
+    // No device collective was ever queued on this group: straight to Gloo.
+    auto work = call();
+    if (coalescing_ && work) coalescedOnHost_.push_back(work);
+    return work;
+  }
+  // Device collectives of this group may still be queued: the CPU call must
+  // reach the transport after them, as it does on every rank, so it is
+  // queued behind them on the group's start stream; waiting for it blocks
+  // the host (CPU tensors are ready when wait() returns).
+  Collective c{name, OpType::UNKNOWN, 0, device, {}, {}};
+  c.hostBlocking = true;
+  c.onHost = true;
+  return launch(std::move(c), std::move(call));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
   const auto device = placement("broadcast", {&tensors});
-  if (!device) return onHost(transport_->broadcast(tensors, opts));
+  if (!device) return onHost("c10d::broadcast/cpu", [=, t = transport_]() mutable { return t->broadcast(tensors, opts); });
   auto views = hostViews(tensors);
   Collective c{"c10d::broadcast", OpType::BROADCAST, 0, *device, tensors, tensors};
   c.root = opts.rootRank;
@@ -252,7 +270,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   const auto device = placement("allreduce", {&tensors});
-  if (!device) return onHost(transport_->allreduce(tensors, opts));
+  if (!device) return onHost("c10d::allreduce/cpu", [=, t = transport_]() mutable { return t->allreduce(tensors, opts); });
   Collective c{"c10d::allreduce", OpType::ALLREDUCE, 0, *device, tensors, tensors};
   const auto plan = planReduce("allreduce", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
   c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
@@ -274,7 +292,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const auto device = placement("allreduce_coalesced", {&tensors});
-  if (!device) return onHost(transport_->allreduce_coalesced(tensors, opts));
+  if (!device) return onHost("c10d::allreduce_coalesced/cpu", [=, t = transport_]() mutable { return t->allreduce_coalesced(tensors, opts); });
   Collective c{"c10d::allreduce_coalesced", OpType::ALLREDUCE_COALESCED, 0, *device, tensors,
                tensors};
   const auto plan =
@@ -298,7 +316,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::ReduceOptions& opts) {
   const auto device = placement("reduce", {&tensors});
-  if (!device) return onHost(transport_->reduce(tensors, opts));
+  if (!device) return onHost("c10d::reduce/cpu", [=, t = transport_]() mutable { return t->reduce(tensors, opts); });
   Collective c{"c10d::reduce", OpType::REDUCE, 0, *device, tensors, tensors};
   c.root = opts.rootRank;
   const auto plan = planReduce("reduce", opts.reduceOp, dtypeOf(tensors), getSize(), c.scratch);
@@ -323,7 +341,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const auto device = placement("allgather", {&inputs}, {&outputs});
-  if (!device) return onHost(transport_->allgather(outputs, inputs, opts));
+  if (!device) return onHost("c10d::allgather/cpu", [=, t = transport_]() mutable { return t->allgather(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::allgather", OpType::ALLGATHER, 0, *device, inputs, flatten(outputs)},
@@ -334,7 +352,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   TensorList ins{input}, outs{output};
   const auto device = placement("all_gather_into_tensor", {&ins, &outs});
-  if (!device) return onHost(transport_->_allgather_base(output, input, opts));
+  if (!device) return onHost("c10d::_allgather_base/cpu", [=, t = transport_]() mutable { return t->_allgather_base(output, input, opts); });
   TORCH_CHECK(output.numel() == input.numel() * getSize(), "all_gather_into_tensor: the output has ",
               output.numel(), " elements, expected the input's ", input.numel(), " times the group size ",
               getSize());
@@ -353,7 +371,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const auto device = placement("allgather_coalesced", {&inputs}, {&outputs});
-  if (!device) return onHost(transport_->allgather_coalesced(outputs, inputs, opts));
+  if (!device) return onHost("c10d::allgather_coalesced/cpu", [=, t = transport_]() mutable { return t->allgather_coalesced(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::allgather_coalesced", OpType::ALLGATHER_COALESCED, 0, *device, inputs,
@@ -367,7 +385,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather_into_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const auto device = placement("allgather_into_tensor_coalesced", {&inputs, &outputs});
-  if (!device) return onHost(transport_->allgather_into_tensor_coalesced(outputs, inputs, opts));
+  if (!device) return onHost("c10d::allgather_into_tensor_coalesced/cpu", [=, t = transport_]() mutable { return t->allgather_into_tensor_coalesced(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::allgather_into_tensor_coalesced", OpType::COALESCED, 0, *device, inputs,
@@ -381,7 +399,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
   const auto device = placement("gather", {&inputs}, {&outputs});
-  if (!device) return onHost(transport_->gather(outputs, inputs, opts));
+  if (!device) return onHost("c10d::gather/cpu", [=, t = transport_]() mutable { return t->gather(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   Collective c{"c10d::gather", OpType::GATHER, 0, *device, inputs, flatten(outputs)};
@@ -394,7 +412,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   const auto device = placement("scatter", {&outputs}, {&inputs});
-  if (!device) return onHost(transport_->scatter(outputs, inputs, opts));
+  if (!device) return onHost("c10d::scatter/cpu", [=, t = transport_]() mutable { return t->scatter(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   Collective c{"c10d::scatter", OpType::SCATTER, 0, *device, flatten(inputs), outputs};
@@ -407,7 +425,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const auto device = placement("reduce_scatter", {&outputs}, {&inputs});
-  if (!device) return onHost(transport_->reduce_scatter(outputs, inputs, opts));
+  if (!device) return onHost("c10d::reduce_scatter/cpu", [=, t = transport_]() mutable { return t->reduce_scatter(outputs, inputs, opts); });
   Collective c{"c10d::reduce_scatter", OpType::REDUCE_SCATTER, 0, *device, flatten(inputs), outputs};
   const auto plan = planReduce("reduce_scatter", opts.reduceOp, dtypeOf(outputs), getSize(), c.scratch);
   c.reduceOp = static_cast<int64_t>(opts.reduceOp.op_);
@@ -438,7 +456,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   TensorList ins{input}, outs{output};
   const auto device = placement("reduce_scatter_tensor", {&ins, &outs});
-  if (!device) return onHost(transport_->_reduce_scatter_base(output, input, opts));
+  if (!device) return onHost("c10d::_reduce_scatter_base/cpu", [=, t = transport_]() mutable { return t->_reduce_scatter_base(output, input, opts); });
   TORCH_CHECK(input.numel() == output.numel() * getSize(), "reduce_scatter_tensor: the input has ",
               input.numel(), " elements, expected the output's ", output.numel(),
               " times the group size ", getSize());
@@ -469,7 +487,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesc
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const auto device = placement("reduce_scatter_tensor_coalesced", {&inputs, &outputs});
-  if (!device) return onHost(transport_->reduce_scatter_tensor_coalesced(outputs, inputs, opts));
+  if (!device) return onHost("c10d::reduce_scatter_tensor_coalesced/cpu", [=, t = transport_]() mutable { return t->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
   Collective c{"c10d::reduce_scatter_tensor_coalesced", OpType::COALESCED, 0, *device, inputs,
                outputs};
   const auto plan = planReduce("reduce_scatter_tensor_coalesced", opts.reduceOp, dtypeOf(outputs),
@@ -501,7 +519,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall_base(
     std::vector<int64_t>& inputSplits, const c10d::AllToAllOptions& opts) {
   TensorList ins{input}, outs{output};
   const auto device = placement("all_to_all_single", {&ins, &outs});
-  if (!device) return onHost(transport_->alltoall_base(output, input, outputSplits, inputSplits, opts));
+  if (!device) return onHost("c10d::alltoall_base/cpu", [=, t = transport_]() mutable { return t->alltoall_base(output, input, outputSplits, inputSplits, opts); });
   auto in = hostView(input);
   auto out = hostView(output);
   return launch({"c10d::all_to_all_single", OpType::ALLTOALL_BASE, 0, *device, ins, outs},
@@ -514,7 +532,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
                                                             std::vector<at::Tensor>& inputs,
                                                             const c10d::AllToAllOptions& opts) {
   const auto device = placement("all_to_all", {&inputs, &outputs});
-  if (!device) return onHost(transport_->alltoall(outputs, inputs, opts));
+  if (!device) return onHost("c10d::alltoall/cpu", [=, t = transport_]() mutable { return t->alltoall(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
   return launch({"c10d::all_to_all", OpType::ALLTOALL, 0, *device, inputs, outputs},
@@ -524,7 +542,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::alltoall(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>& tensors,
                                                         int dstRank, int tag) {
   const auto device = placement("send", {&tensors});
-  if (!device) return onHost(transport_->send(tensors, dstRank, tag));
+  if (!device) return onHost("c10d::send/cpu", [=, t = transport_]() mutable { return t->send(tensors, dstRank, tag); });
   auto views = hostViews(tensors);
   return launch({"c10d::send", OpType::SEND, 0, *device, tensors, {}},
                 [t = transport_, views, dstRank, tag]() mutable {
@@ -535,7 +553,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::send(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>& tensors,
                                                         int srcRank, int tag) {
   const auto device = placement("recv", {&tensors});
-  if (!device) return onHost(transport_->recv(tensors, srcRank, tag));
+  if (!device) return onHost("c10d::recv/cpu", [=, t = transport_]() mutable { return t->recv(tensors, srcRank, tag); });
   auto views = hostViews(tensors);
   return launch({"c10d::recv", OpType::RECV, 0, *device, {}, tensors},
                 [t = transport_, views, srcRank, tag]() mutable {
@@ -546,7 +564,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recv(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::recvAnysource(std::vector<at::Tensor>& tensors,
                                                                  int tag) {
   const auto device = placement("recv", {&tensors});
-  if (!device) return onHost(transport_->recvAnysource(tensors, tag));
+  if (!device) return onHost("c10d::recvAnysource/cpu", [=, t = transport_]() mutable { return t->recvAnysource(tensors, tag); });
   auto views = hostViews(tensors);
   return launch({"c10d::recv_anysource", OpType::RECVANYSOURCE, 0, *device, {}, tensors},
                 [t = transport_, views, tag]() mutable { return t->recvAnysource(views, tag); });

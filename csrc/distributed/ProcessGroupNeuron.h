@@ -100,8 +100,9 @@ class ProcessGroupNeuron : public c10d::Backend {
   // The two streams collectives of this group use on `device` (made once).
   const CollectiveStreams& streamsFor(c10::DeviceIndex device);
   c10::intrusive_ptr<c10d::Work> launch(Collective c, StartFn start, FinishFn finish = {});
-  // A CPU-tensor call, handed to the transport as it is (kept when coalescing).
-  c10::intrusive_ptr<c10d::Work> onHost(c10::intrusive_ptr<c10d::Work> work);
+  // A CPU-tensor call: handed to the transport, in order with this group's
+  // queued device collectives.
+  c10::intrusive_ptr<c10d::Work> onHost(const char* name, StartFn call);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
   std::mutex mu_;

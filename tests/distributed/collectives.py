@@ -273,6 +273,18 @@ def neuron_only_backend():
     dist.all_reduce(n)
     out["neuron-tensor"] = (n.cpu(), torch.full((3,), 3.0))
     out["backend"] = (dist.get_backend(), "neuron")
+    # A CPU-tensor call made while a device collective of the group is still
+    # queued (rank 0's stream is busy) reaches Gloo after it on every rank.
+    x = torch.full((4096,), float(rank + 1), device="neuron")
+    gathered = torch.empty(2 * 4096, device="neuron")
+    if rank == 0:
+        torch.neuron._sleep(300)
+    w = dist.all_gather_into_tensor(gathered, x, async_op=True)
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([rank + 10]))
+    w.wait()
+    out["cpu-after-queued-device"] = (sizes, [torch.tensor([10]), torch.tensor([11])])
+    out["device-before-cpu"] = (gathered[::4096].cpu(), torch.tensor([1.0, 2.0]))
     # Coalesced CPU-tensor calls: the group's work waits for all of them.
     cpu = [torch.full((n,), float(rank + 1)) for n in (3, 4)]
     with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
