@@ -30,9 +30,7 @@ out), so the two are comparable step by step:
   differ by the rounding of the cross-shard sums (the gradient norm behind
   clipping, the reduce-scatter) amplified by the bf16 parameters (measured:
   at most 9e-6 relative with 2 ranks, 1.6e-5 with FSDP 2 x TP 2, whose
-  split matmuls already round differently at step 1). The 2-rank load is marked xfail
-  until the process group keeps CPU and device collectives in order
-  (DCP_ORDER_BUG below).
+  split matmuls already round differently at step 1).
 
 Losses are read from TorchTitan's TensorBoard output (float32, exact) and
 checked against its log lines. Inductor's on-disk cache (/tmp/torchinductor_*)
@@ -64,13 +62,14 @@ import torch  # noqa: E402
 import torchneuron  # noqa: E402
 
 import torchtitan_assets  # noqa: E402  (tests/ is on sys.path, as for tiny_models)
+from conftest import plain_pass_only  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="torch without distributed/Gloo")
 
 RUN_TIMEOUT = 900  # seconds per torchrun launch (a cold Inductor cache included)
-XFAIL_RUN_TIMEOUT = 360  # the run DCP_ORDER_BUG can hang (about 100 s cold when it works)
+SEEDED_RUN_TIMEOUT = 360  # the seeded 2-rank run (about 100 s cold)
 STEPS = 5
 SEQ_LEN = 128
 BATCH = 2  # sequences per data-parallel rank of the 2-rank runs
@@ -97,17 +96,11 @@ FOUR_DEVICES = {"NEURON_RT_NUM_CORES": "4"}
 SEEDED_RTOL = 1e-4
 FRESH_ATOL = 0.1
 
-# One process group takes CPU and neuron tensors over one Gloo transport, but
-# hands CPU-tensor collectives to Gloo at once and device collectives when
-# their stream reaches them, so ranks can issue them to Gloo in different
-# orders. With 2 ranks the FSDP mesh is the world group, where DCP's load runs
-# its object collectives (CPU) right after the fused-QKV state_dict hook's
-# device all-gathers: rank 0 or 1 aborts in Gloo.
-DCP_ORDER_BUG = pytest.mark.xfail(
-    reason="neuron process group: CPU-tensor collectives overtake queued device "
-           "collectives on the same group (DCP load after device all-gathers aborts "
-           "in Gloo: 'Received data size doesn't match expected size')",
-    strict=False)
+# (One process group carries CPU and neuron tensors over one Gloo transport:
+# DCP's load runs CPU object collectives right after the fused-QKV state_dict
+# hook's device all-gathers on the world group. CPU-tensor calls are queued
+# behind the group's device collectives, so every rank hands them to Gloo in
+# the same order; the seeded 2-rank run below checks it.)
 
 LOG_LOSS = re.compile(r"step:\s*(\d+)\s+loss:\s*([0-9.]+)")
 
@@ -284,6 +277,7 @@ def seed_checkpoint(workdir):
             f"--checkpoint.initial_load_path={path}"]
 
 
+@plain_pass_only
 def test_fresh_init_ngpu1_vs_ngpu2_fsdp(workdir, fresh_ngpu1):
     two, text = run_torchtitan(workdir, "fresh_ngpu2", 2, [*TWO_DP_RANKS, *NO_CHECKPOINT])
     check_run(two, text, "fresh_ngpu2", dp_shard=2)
@@ -303,13 +297,13 @@ def _seeded_ngpu1(workdir, seed_checkpoint):
     return _SEEDED_NGPU1["losses"]
 
 
-@DCP_ORDER_BUG
+@plain_pass_only
 def test_seed_checkpoint_ngpu1_vs_ngpu2_fsdp(workdir, seed_checkpoint):
     # The 2-rank run first: it is the one that can fail (then the 1-rank run
     # is not needed), by an abort in Gloo (seen: 30 s) or a hang (seen in the
     # minimal repro), hence its shorter bound.
     two, text = run_torchtitan(workdir, "seeded_ngpu2", 2, [*TWO_DP_RANKS, *seed_checkpoint],
-                               timeout=XFAIL_RUN_TIMEOUT)
+                               timeout=SEEDED_RUN_TIMEOUT)
     check_run(two, text, "seeded_ngpu2", dp_shard=2, seeded=True)
     compare(_seeded_ngpu1(workdir, seed_checkpoint), two, SEEDED_RTOL, relative=True)
 
@@ -337,7 +331,7 @@ def test_fresh_init_ngpu1_vs_ngpu4_fsdp_x_tp(workdir, slow_distributed_selected,
 @pytest.mark.slow_distributed
 def test_seed_checkpoint_ngpu1_vs_ngpu4_fsdp_x_tp(workdir, slow_distributed_selected,
                                                   seed_checkpoint):
-    # Not hit by DCP_ORDER_BUG: on a 2 x 2 mesh the state_dict hook's device
+    # On a 2 x 2 mesh the state_dict hook's device
     # all-gathers run on the dp_shard and tp subgroups, DCP's CPU object
     # collectives on the world group, each group with its own Gloo transport.
     four, text = run_torchtitan(workdir, "seeded_ngpu4_tp2", 4,
