@@ -80,6 +80,22 @@ bool launchesRunInline() {
   return inlineRuns;
 }
 
+// The end event of what is queued on `finish` so far, and a future of
+// `outputs` completed now, CUDA-style: its events are on the finish stream,
+// so waiting for the future makes the waiter's stream wait, not the host.
+std::pair<c10::Event, c10::intrusive_ptr<c10::ivalue::Future>> endOnFinish(
+    const NeuronStream& finish, const std::vector<at::Tensor>& outputs) {
+  c10::Event end(kNeuron);
+  end.record(finish.unwrap());
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{finish.device()});
+  {
+    c10::StreamGuard guard(finish.unwrap());
+    future->markCompleted(c10::IValue(outputs));
+  }
+  return {std::move(end), std::move(future)};
+}
+
 }  // namespace
 
 at::Tensor hostView(const at::Tensor& t) { return cpuAlias(t); }
@@ -121,7 +137,7 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
   const CollectiveStreams s = streams;
   auto queueFinish = [s, state, info, writes = c.writes, finish = std::move(finish),
                       tensors = std::vector<std::vector<at::Tensor>>{c.reads, c.writes, c.scratch},
-                      desc = describe(c.name, c), device]() mutable {
+                      desc = describe(c.name, c)]() mutable {
     c10::Event started(kNeuron);
     started.record(s.start.unwrap());
     started.block(s.finish.unwrap());
@@ -150,17 +166,7 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
       }
     }
     tensors.clear();
-    c10::Event end(kNeuron);
-    end.record(s.finish.unwrap());
-    auto future = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
-    {
-      // Completed now, CUDA-style: its events are on the finish stream, so
-      // waiting for the future makes the waiter's stream wait, not the host.
-      c10::StreamGuard guard(s.finish.unwrap());
-      future->markCompleted(c10::IValue(writes));
-    }
-    return std::make_pair(std::move(end), std::move(future));
+    return endOnFinish(s.finish, writes);
   };
   recordOp(opCounters(c.name), OpPath::Async);
 
@@ -196,14 +202,7 @@ c10::intrusive_ptr<NeuronWork> joinWorks(const CollectiveStreams& streams, int r
   }
   // Items on one finish stream complete in order: the end of the last one is
   // the end of all.
-  c10::Event end(kNeuron);
-  end.record(streams.finish.unwrap());
-  auto future = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
-  {
-    c10::StreamGuard guard(streams.finish.unwrap());
-    future->markCompleted(c10::IValue(outputs));
-  }
+  auto [end, future] = endOnFinish(streams.finish, outputs);
   return c10::make_intrusive<NeuronWork>(rank, c10d::OpType::COALESCED, "c10d::coalesced", device,
                                          std::move(outputs), std::move(states), std::move(end),
                                          std::move(future), hostBlocking);

@@ -85,6 +85,12 @@ struct ReducePlan {
   at::Tensor factorView;     // the factor as a host view (or CPU tensor), if a tensor
 
   double premulFactor() const { return factorView.defined() ? factorView.item<double>() : factor; }
+  // PREMUL_SUM where the inputs are the outputs (all-reduce, reduce): scale them in place.
+  void scaleInPlace(const TensorList& views) const {
+    if (!premul) return;
+    const double f = premulFactor();
+    for (const auto& v : views) v.mul_(f);
+  }
 };
 
 ReducePlan planReduce(const char* op, const ReduceOp& reduceOp, at::ScalarType dtype, int size,
@@ -280,10 +286,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   return launch(
       std::move(c),
       [t = transport_, views, o, plan]() mutable {
-        if (plan.premul) {
-          const double f = plan.premulFactor();
-          for (auto& v : views) v.mul_(f);
-        }
+        plan.scaleInPlace(views);
         return t->allreduce(views, o);
       },
       [views, by = plan.divideBy] { divideAll(views, by); });
@@ -304,10 +307,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
   return launch(
       std::move(c),
       [t = transport_, views, o, plan]() mutable {
-        if (plan.premul) {
-          const double f = plan.premulFactor();
-          for (auto& v : views) v.mul_(f);
-        }
+        plan.scaleInPlace(views);
         return t->allreduce_coalesced(views, o);
       },
       [views, by = plan.divideBy] { divideAll(views, by); });
@@ -328,10 +328,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor
   return launch(
       std::move(c),
       [t = transport_, views, o, plan]() mutable {
-        if (plan.premul) {
-          const double f = plan.premulFactor();
-          for (auto& v : views) v.mul_(f);
-        }
+        plan.scaleInPlace(views);
         return t->reduce(views, o);
       },
       [views, by = root ? plan.divideBy : 0] { divideAll(views, by); });
