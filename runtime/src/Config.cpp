@@ -130,6 +130,14 @@ Config readConfig() {
     if (!parseCoreList(s, c.numCores, &c.visibleCores, &why)) bad("NEURON_RT_VISIBLE_CORES", why);
   }
   if (c.status != NRT_SUCCESS) c.visibleCores.clear();
+  // Each local process starts on its own core, as AWS TorchNeuron's processes
+  // each own one NeuronCore: tools written for it (accelerate) take
+  // current_device() as the process's device without setting it. Scripts that
+  // call set_device(LOCAL_RANK), the CUDA idiom, end up on the same core.
+  if (const char* s = env("LOCAL_RANK")) {
+    if (parseInt(s, 0, 1 << 20, &v) && !c.visibleCores.empty())
+      c.initialDevice = static_cast<int>(v % static_cast<long>(c.visibleCores.size()));
+  }
   return c;
 }
 

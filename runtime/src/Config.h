@@ -28,6 +28,9 @@ struct Config {
   int executorThreads = 2;
   int computeThreads = 1;
   bool launchBlocking = false;
+  // Every thread's current device until it sets one: LOCAL_RANK under a
+  // launcher (modulo the visible devices), else 0.
+  int initialDevice = 0;
   nrtStatus status = NRT_SUCCESS;  // INVALID_CONFIG when a variable is malformed
   std::string error;               // which variable, and why
 };

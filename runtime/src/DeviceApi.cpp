@@ -7,7 +7,8 @@
 using namespace nrt;
 
 namespace {
-thread_local int tlsCurrentDevice = 0;
+// -1: the thread has not chosen; it is on the configured initial device.
+thread_local int tlsCurrentDevice = -1;
 
 // Device-index check for the calls that need only the configuration.
 nrtStatus checkIndex(Runtime* rt, int device) {
@@ -78,8 +79,7 @@ nrtStatus nrtSetDevice(int device) {
 nrtStatus nrtGetDevice(int* device) {
   if (!device) return fail(NRT_ERROR_INVALID_VALUE, "nrtGetDevice: device is NULL");
   NRT_RUNTIME_CONFIGURED(rt);
-  (void)rt;
-  *device = tlsCurrentDevice;
+  *device = tlsCurrentDevice >= 0 ? tlsCurrentDevice : rt->config().initialDevice;
   return NRT_SUCCESS;
 }
 

@@ -151,3 +151,29 @@ TEST(Config, LocalWorldSizeSetsTheCoreCount) {
     EXPECT_EQ(nrt::readConfig().numCores, 3);
   }
 }
+
+// Under a launcher each process starts on core LOCAL_RANK (modulo the
+// visible devices); elsewhere on 0; a value it cannot read is ignored.
+TEST(Config, LocalRankIsTheInitialDevice) {
+  EXPECT_EQ(nrt::readConfig().initialDevice, 0);
+  {
+    ScopedEnv a("LOCAL_WORLD_SIZE", "4");
+    ScopedEnv b("LOCAL_RANK", "3");
+    EXPECT_EQ(nrt::readConfig().initialDevice, 3);
+  }
+  {
+    ScopedEnv a("LOCAL_RANK", "3");
+    EXPECT_EQ(nrt::readConfig().initialDevice, 1);  // two cores by default
+  }
+  {
+    ScopedEnv a("LOCAL_RANK", "1");
+    ScopedEnv b("NEURON_RT_VISIBLE_CORES", "1");
+    EXPECT_EQ(nrt::readConfig().initialDevice, 0);  // one visible device
+  }
+  {
+    ScopedEnv a("LOCAL_RANK", "junk");
+    nrt::Config c = nrt::readConfig();
+    EXPECT_EQ(c.status, NRT_SUCCESS);
+    EXPECT_EQ(c.initialDevice, 0);
+  }
+}
