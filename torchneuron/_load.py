@@ -1,29 +1,13 @@
-"""torchneuron: the ``neuron`` device for stock PyTorch (PrivateUse1 backend).
+"""Registers the ``neuron`` device with PyTorch: the body of ``import torchneuron``.
 
-Loaded automatically by ``import torch`` through the ``torch.backends`` entry
-point (disable with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``); importing it
-explicitly is also fine.
+Run once, by the package's ``__init__`` when this process is to use torchneuron
+(see ``_coexistence``).
 """
 from __future__ import annotations
 
-import os
-import sys
+import torch
 
-__version__ = "0.1.0"
 _BACKEND_NAME = "neuron"
-
-if "torch" not in sys.modules:
-    # Importing torch would autoload us again while this import is running.
-    _saved = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    try:
-        import torch
-    finally:
-        if _saved is None:
-            os.environ.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
-        else:
-            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = _saved
-import torch  # noqa: E402
 
 
 def _check_privateuse1_slot() -> None:
@@ -36,15 +20,8 @@ def _check_privateuse1_slot() -> None:
             f"only one PrivateUse1 backend; import torchneuron in a process without it, or "
             f"disable backend autoloading with TORCH_DEVICE_BACKEND_AUTOLOAD=0."
         )
-    if "torch_neuronx" in sys.modules:
-        raise RuntimeError(
-            "torchneuron cannot be loaded together with AWS TorchNeuron (torch_neuronx): both "
-            "provide the 'neuron' device and PyTorch has a single PrivateUse1 slot. Use one "
-            "of the two per process (TORCH_DEVICE_BACKEND_AUTOLOAD=0 stops torch from "
-            "loading either automatically)."
-        )
     existing = getattr(torch, _BACKEND_NAME, None)
-    if existing is not None and getattr(existing, "__name__", "") != f"{__name__}.neuron":
+    if existing is not None and getattr(existing, "__name__", "") != "torchneuron.neuron":
         raise RuntimeError(
             f"torchneuron cannot register torch.{_BACKEND_NAME}: it is already provided by "
             f"'{getattr(existing, '__name__', existing)}' (another neuron backend). Use one "
@@ -119,10 +96,6 @@ from ._tracking import (  # noqa: E402,F401
     get_op_paths,
     host_wait_counts,
 )
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing this module registered us."""
 
 
 __all__ = [
