@@ -351,3 +351,25 @@ def test_safetensors_loads_onto_neuron_by_index(tmp_path):
     # PrivateUse1 backend's name). When it learns "neuron", this fails.
     with pytest.raises(SafetensorError, match="invalid"):
         safetensors_torch.load_file(path, device="neuron")
+
+
+# --- MFU: the device's peak FLOPS -------------------------------------------
+
+def test_peak_flops_are_measured_on_the_device():
+    import time
+
+    props = torch.neuron.get_device_properties(0)
+    fp32, bf16 = props.peak_flops_fp32, props.peak_flops_bf16
+    assert props.peak_flops_fp32 == fp32  # measured once per process
+    # The same matmul on the host's CPU backend, measured here: the software
+    # core runs on those cores, so its peak is of the same order (the bounds
+    # are wide because both are timings on a possibly busy machine).
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 0.3:
+        a @ b
+        count += 1
+    cpu = 2.0 * 1024 ** 3 * count / (time.perf_counter() - start)
+    assert 0.2 < fp32 / cpu < 5, (fp32, cpu)
+    assert bf16 > 0

@@ -1,6 +1,6 @@
 """PyTorch Lightning / Fabric on neuron (torchneuron.lightning), bit for bit against CPU.
 
-Every training test runs the same tiny model (tests/lightning_ddp_worker.py:
+Every training test runs the same tiny model (tests/ecosystem/lightning_ddp.py:
 2-layer MLP, SGD with momentum, 6 steps, data from a seeded torch.Generator)
 once with ``accelerator="neuron"`` and once with ``accelerator="cpu"``, checks
 that each run really ran where it says (device of the batch and weights inside
@@ -26,11 +26,12 @@ from lightning_fabric.utilities.distributed import _get_default_process_group_ba
 from pytorch_lightning.strategies import DDPStrategy, SingleDeviceStrategy  # noqa: E402
 from pytorch_lightning.utilities.exceptions import MisconfigurationException  # noqa: E402
 
+from conftest import plain_pass_only  # noqa: E402
 from tests.distributed.launcher import free_port  # noqa: E402
-from tests.lightning_ddp_worker import STEPS, fit  # noqa: E402
+from tests.ecosystem.lightning_ddp import STEPS, fit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = ROOT / "tests" / "lightning_ddp_worker.py"
+WORKER = ROOT / "tests" / "ecosystem" / "lightning_ddp.py"
 
 needs_two = pytest.mark.skipif(torch.neuron.device_count() < 2, reason="needs two neuron devices")
 
@@ -110,7 +111,7 @@ def test_single_device_without_strategy_fails_clearly(tmp_path):
                          enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, default_root_dir=tmp_path)
     assert type(trainer.strategy) is SingleDeviceStrategy and trainer.strategy.root_device.type == "cpu"
-    from tests.lightning_ddp_worker import make_loader, make_model
+    from tests.ecosystem.lightning_ddp import make_loader, make_model
     with pytest.raises(MisconfigurationException, match="strategy='single_neuron'"):
         trainer.fit(make_model(), make_loader(8))
 
@@ -149,6 +150,7 @@ def test_default_and_plain_ddp_use_neuron_backend_but_need_ddp_neuron(strategy, 
     assert neuron_ddp._get_process_group_backend() == "neuron"
 
 
+@plain_pass_only
 @needs_two
 def test_ddp_two_processes_bitwise(tmp_path):
     env = dict(os.environ, MASTER_PORT=str(free_port()), LIGHTNING_TEST_PORT2=str(free_port()),
@@ -270,7 +272,7 @@ def test_fp16_mixed_matches_torch_amp_recipe(tmp_path):
     (Lightning would build both for "cuda"); CPU has no fp16 AMP in Lightning
     (it switches to bf16), so the reference is the plain torch AMP loop on
     neuron that Lightning's MixedPrecision plugin performs."""
-    from tests.lightning_ddp_worker import make_loader, make_model
+    from tests.ecosystem.lightning_ddp import make_loader, make_model
 
     result = fit("neuron", devices=1, strategy="single_neuron", precision="16-mixed",
                  expect=("neuron", torch.float16), default_root_dir=tmp_path)

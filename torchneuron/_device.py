@@ -194,6 +194,20 @@ class _DeviceProperties:
             props["stream_priority_greatest"],
         )
 
+    @property
+    def peak_flops_fp32(self) -> float:
+        """FLOP/s of this device's float32 matmul, measured once per process (for MFU)."""
+        from ._peak_flops import peak_flops
+
+        return peak_flops(self.index, torch.float32)
+
+    @property
+    def peak_flops_bf16(self) -> float:
+        """FLOP/s of this device's bfloat16 matmul, measured once per process (for MFU)."""
+        from ._peak_flops import peak_flops
+
+        return peak_flops(self.index, torch.bfloat16)
+
     def __repr__(self) -> str:
         return (
             f"_NeuronDeviceProperties(name='{self.name}', total_memory="

@@ -1,6 +1,6 @@
 """Tiny Lightning training runs shared by tests/test_lightning.py, and its DDP worker.
 
-As a script (``python tests/lightning_ddp_worker.py OUTDIR``, with
+As a script (``python tests/ecosystem/lightning_ddp.py OUTDIR``, with
 MASTER_PORT and LIGHTNING_TEST_PORT2 set) it is rank 0 of two 2-process DDP
 runs: Lightning's subprocess launcher re-runs this script as rank 1.  Both
 processes first train with ``Trainer(accelerator="neuron", devices=2,
