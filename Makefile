@@ -156,6 +156,11 @@ bench-compile: backend
 bench-distributed: backend
 	$(PYTHON) bench/bench_distributed.py
 
+# Custom kernels: the kernel library's fused RMSNorm vs the eager composition
+# on neuron and CPU eager.
+bench-kernels: backend
+	$(PYTHON) bench/bench_kernels.py
+
 runtime-demo: build
 	./build/examples/runtime_demo
 

@@ -52,6 +52,7 @@ def test_torch_neuronx_is_torchneurons_compatibility_module():
 
     import torch_neuronx
     import torchneuron._torch_neuronx as compat
+    import torchneuron.kernels
 
     assert importlib.util.find_spec("torch_neuronx") is not None
     assert torch_neuronx is compat
@@ -64,8 +65,9 @@ def test_torch_neuronx_is_torchneurons_compatibility_module():
     assert "aten::add.Tensor" in torch_neuronx.get_executed_ops()
     assert torch_neuronx.is_neuron_runtime_initialized()
     assert isinstance(torch_neuronx.Stream(), torch.neuron.Stream)
+    assert torch_neuronx.nki_op is torchneuron.kernels.nki_op
     with pytest.raises(AttributeError, match="NKI"):
-        torch_neuronx.nki_op
+        torch_neuronx.wrap_nki
     from torch_neuronx.neuron_dynamo_backend import NEFFCompilationError, set_model_name
     from torch_neuronx.neuron_dynamo_backend.backend import neuron_backend
     from torchneuron.compiler.backend import neuron

@@ -98,8 +98,10 @@ from ._tracking import (  # noqa: E402,F401
 )
 
 
+from .kernels import nki_op  # noqa: E402,F401
+
 __all__ = [
-    "Event", "Stream", "clear_op_tracking", "current_stream", "device_count",
+    "nki_op", "Event", "Stream", "clear_op_tracking", "current_stream", "device_count",
     "empty_cache", "get_executed_ops", "get_fallback_ops", "get_op_paths",
     "get_inline_ops", "get_host_waits", "host_wait_counts", "clear_host_waits",
     "is_available", "is_neuron_runtime_initialized", "max_memory_allocated",

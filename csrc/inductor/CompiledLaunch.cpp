@@ -5,6 +5,7 @@
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace torchneuron {
@@ -22,18 +24,18 @@ namespace {
 struct CompiledKernel {
   std::string name;  // the work item's name: lives with the process
   c10::DeviceIndex device;
+  nrtWorkKind kind;
   OpCounters* counters;  // op tracking counts each launch as an async op
 };
 
-CompiledKernel* intern(const char* name, int device) {
+CompiledKernel* intern(const std::string& name, int device, nrtWorkKind kind) {
   static std::mutex mu;
-  static std::map<std::pair<std::string, int>, std::unique_ptr<CompiledKernel>> kernels;
+  static std::map<std::tuple<std::string, int, int>, std::unique_ptr<CompiledKernel>> kernels;
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = kernels[{name, device}];
-  if (!slot) {
-    const std::string full = std::string("inductor::") + name;
-    slot.reset(new CompiledKernel{full, static_cast<c10::DeviceIndex>(device), opCounters(full)});
-  }
+  auto& slot = kernels[{name, device, static_cast<int>(kind)}];
+  if (!slot)
+    slot.reset(new CompiledKernel{name, static_cast<c10::DeviceIndex>(device), kind,
+                                  opCounters(name)});
   return slot.get();
 }
 
@@ -47,7 +49,18 @@ void writeError(char* error, size_t errorSize, const char* what) {
 extern "C" {
 
 const void* torchneuron_compiled_kernel(const char* name, int device) {
-  return torchneuron::intern(name ? name : "<unnamed>", device);
+  return torchneuron::intern(std::string("inductor::") + (name ? name : "<unnamed>"), device,
+                             nrtWorkKernel);
+}
+
+const void* torchneuron_custom_kernel(const char* name, int device) {
+  return torchneuron::intern(name ? name : "<unnamed custom kernel>", device, nrtWorkCustom);
+}
+
+void torchneuron_parallel_for(int64_t begin, int64_t end, int64_t grain,
+                              void (*body)(int64_t, int64_t, void*), void* ctx) {
+  at::parallel_for(begin, end, grain < 1 ? 1 : grain,
+                   [body, ctx](int64_t lo, int64_t hi) { body(lo, hi, ctx); });
 }
 
 int torchneuron_launch_compiled(const void* kernel, void (*run)(const void*), const void* args,
@@ -62,7 +75,7 @@ int torchneuron_launch_compiled(const void* kernel, void (*run)(const void*), co
     if (size) std::memcpy(block.data(), args, size);
     WorkDesc work;
     work.name = k->name.c_str();
-    work.kind = nrtWorkKernel;
+    work.kind = k->kind;
     launchWork(getCurrentStream(k->device), work,
                [run, block = std::move(block)] { run(block.data()); });
     recordOp(k->counters, OpPath::Async);

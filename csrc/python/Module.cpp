@@ -234,6 +234,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_compiled_kernel_handle", [](const std::string& name, int device) {
     return reinterpret_cast<uintptr_t>(torchneuron_compiled_kernel(name.c_str(), device));
   });
+  m.def("_custom_kernel_handle", [](const std::string& name, int device) {
+    return reinterpret_cast<uintptr_t>(torchneuron_custom_kernel(name.c_str(), device));
+  });
+  m.def("_parallel_for_address",
+        [] { return reinterpret_cast<uintptr_t>(&torchneuron_parallel_for); });
   // The C entry compiled kernel modules call (inductor/CompiledLaunch.h).
   m.def("_compiled_launch_address",
         [] { return reinterpret_cast<uintptr_t>(&torchneuron_launch_compiled); });

@@ -7,8 +7,10 @@ the module (Hugging Face accelerate and transformers) treat the device as
 AWS's ``neuron``. ``torchneuron._coexistence`` makes this module answer to the
 name ``torch_neuronx``; which package a process uses is decided there.
 
-Not provided: NKI (``nki_op``, ``wrap_nki``: NKI is Trainium's kernel
-language) and the pre-release ``NeuronProfiler`` (``torch.profiler`` with
+``nki_op`` is torchneuron's (the same decorator over ``torch.library.custom_op``;
+the kernels it launches are C++ against torchneuron's kernel ABI, as NKI is
+Trainium's language). Not provided: ``wrap_nki`` (NKI's own higher-order op)
+and the pre-release ``NeuronProfiler`` (``torch.profiler`` with
 ``ProfilerActivity.PrivateUse1`` records the device timeline).
 """
 from __future__ import annotations
@@ -39,14 +41,17 @@ Stream = torch.neuron.Stream
 Event = torch.neuron.Event
 is_neuron_runtime_initialized = _torchneuron.is_neuron_runtime_initialized
 
+# Custom kernels as PyTorch ops.
+nki_op = _torchneuron.nki_op
+
 # Op tracking: which ops ran, and which ran on the synchronous path.
 get_executed_ops = _torchneuron.get_executed_ops
 get_fallback_ops = _torchneuron.get_fallback_ops
 clear_op_tracking = _torchneuron.clear_op_tracking
 
 _NOT_PROVIDED = {
-    "nki_op": "NKI kernels are Trainium's; torchneuron's software NeuronCore has no NKI compiler",
-    "wrap_nki": "NKI kernels are Trainium's; torchneuron's software NeuronCore has no NKI compiler",
+    "wrap_nki": "NKI kernels are Trainium's; torchneuron's software NeuronCore has no NKI "
+                "compiler (torch_neuronx.nki_op takes C++ kernels: torchneuron.kernels)",
     "NeuronProfiler": "use torch.profiler.profile(activities=[ProfilerActivity.CPU, "
                       "ProfilerActivity.PrivateUse1]): it records the neuron device timeline",
 }
@@ -67,7 +72,7 @@ def __getattr__(name: str):
 __all__ = [
     "Event", "Stream", "clear_op_tracking", "empty_cache", "get_dynamo_metrics",
     "get_executed_ops", "get_fallback_ops", "is_neuron_runtime_initialized",
-    "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
+    "max_memory_allocated", "nki_op", "max_memory_reserved", "memory_allocated", "memory_reserved",
     "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
     "reset_dynamo_metrics", "reset_peak_memory_stats", "synchronize",
 ]

@@ -1,0 +1,24 @@
+"""Custom kernels on neuron: C++ against a small ABI, launched as queued work items.
+
+* ``cpp_kernel(source, name)`` / ``load_kernel(path, name)``: a ``Kernel``
+  (``_kernel.py``; the ABI is ``torchneuron_kernel.h``, ``include_dir()``).
+* ``nki_op("lib::name", mutates_args=...)``: a Python function launching
+  kernels, as a PyTorch op (eager, autograd, ``torch.compile``).
+* The kernel library: ``rms_norm`` (fused forward and backward).
+
+``examples/custom_kernel.py`` writes a first kernel end to end.
+"""
+from ._kernel import Kernel, cpp_kernel, include_dir, load_kernel
+from ._nki_op import nki_op
+
+
+def __getattr__(name: str):
+    # The library's kernels load on first use (reading and registering their ops).
+    if name == "rms_norm":
+        from ._rms_norm import rms_norm
+
+        return rms_norm
+    raise AttributeError(f"module 'torchneuron.kernels' has no attribute '{name}'")
+
+
+__all__ = ["Kernel", "cpp_kernel", "include_dir", "load_kernel", "nki_op", "rms_norm"]
