@@ -45,6 +45,18 @@ def _assert_same_state(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -
     assert not different, f"parameters differ from the CPU run: {different[:5]}"
 
 
+@pytest.fixture
+def fresh_accelerate_state():
+    from accelerate.state import AcceleratorState, PartialState
+
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+    yield
+    AcceleratorState._reset_state(True)
+    PartialState._reset_state()
+
+
+
 # --- torch_neuronx: the compatibility module and the one-backend rule --------
 
 def test_torch_neuronx_is_torchneurons_compatibility_module():
@@ -76,7 +88,7 @@ def test_torch_neuronx_is_torchneurons_compatibility_module():
     set_model_name(None)
 
 
-def test_hugging_face_sees_the_neuron_device():
+def test_hugging_face_sees_the_neuron_device(fresh_accelerate_state):
     from accelerate.utils import is_neuron_available
     from transformers.utils.import_utils import (
         is_torch_bf16_gpu_available, is_torch_neuron_available, is_torch_neuroncore_available)
@@ -84,6 +96,10 @@ def test_hugging_face_sees_the_neuron_device():
     assert is_neuron_available() and is_torch_neuron_available()
     assert is_torch_bf16_gpu_available()
     assert not is_torch_neuroncore_available()  # the legacy torch-xla path stays off
+    from accelerate import Accelerator
+
+    accelerator = Accelerator()
+    assert accelerator.device == torch.device("neuron") and accelerator.num_processes == 1
 
 
 @pytest.fixture(scope="module")
@@ -176,17 +192,6 @@ def test_compatibility_module_can_be_turned_off():
 
 
 # --- Hugging Face Trainer -----------------------------------------------------
-
-@pytest.fixture
-def fresh_accelerate_state():
-    from accelerate.state import AcceleratorState, PartialState
-
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    yield
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-
 
 def _train_with_trainer(tmp_path, use_cpu: bool, **arguments):
     from transformers import Trainer, TrainingArguments
