@@ -218,3 +218,26 @@ def test_first_kernel_example_runs():
     forward = float(result.stdout.split("= ")[1].split()[0])
     assert forward < 1e-5
     assert "profiler: [('my_silu', 1)]" in result.stdout
+
+
+THREAD_IDS = r"""
+#include <functional>
+#include <thread>
+extern "C" void test_thread_ids(const tn_args* args) {
+  int64_t* out = static_cast<int64_t*>(args->tensors[0].data);
+  tn_parallel(args, 0, args->tensors[0].numel, 1, [&](int64_t lo, int64_t hi) {
+    volatile double spin = 0;  // long enough that one thread cannot take every chunk
+    for (int k = 0; k < 2000000; ++k) spin = spin + k;
+    for (int64_t i = lo; i < hi; ++i)
+      out[i] = static_cast<int64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  });
+}
+"""
+
+
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="one intra-op thread")
+@pytest.mark.parametrize("device", ["cpu", N])
+def test_tn_parallel_splits_work_over_threads(device):
+    ids = torch.zeros(8, dtype=torch.int64, device=device)
+    cpp_kernel(THREAD_IDS, "test_thread_ids")(ids)
+    assert len(set(ids.cpu().tolist())) > 1

@@ -5,7 +5,6 @@
 #include "core/Runtime.h"
 #include "core/Stream.h"
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -57,11 +56,6 @@ const void* torchneuron_custom_kernel(const char* name, int device) {
   return torchneuron::intern(name ? name : "<unnamed custom kernel>", device, nrtWorkCustom);
 }
 
-void torchneuron_parallel_for(int64_t begin, int64_t end, int64_t grain,
-                              void (*body)(int64_t, int64_t, void*), void* ctx) {
-  at::parallel_for(begin, end, grain < 1 ? 1 : grain,
-                   [body, ctx](int64_t lo, int64_t hi) { body(lo, hi, ctx); });
-}
 
 int torchneuron_launch_compiled(const void* kernel, void (*run)(const void*), const void* args,
                                 size_t size, char* error, size_t errorSize) {
