@@ -18,24 +18,18 @@ from pathlib import Path
 
 import torch
 
-from ._kernel import Kernel, _abi_header
+from ._kernel import cpp_kernel
 from ._nki_op import nki_op
 
 _SOURCE = (Path(__file__).resolve().parent / "attention.cpp").read_text()
 
 
-def _load():
-    from torch._inductor.codecache import CppCodeCache
-
-    # After Inductor's flags: multiply-adds fused (the kernel is not bit for
-    # bit anyway; one rounding instead of two) and the loop vectorizer back on
-    # (Inductor turns it off, which also disables `#pragma omp simd`).
-    return CppCodeCache.load(_abi_header() + "\n" + _SOURCE,
-                             extra_flags=("-ffp-contract=fast", "-ftree-loop-vectorize"))
-
-
-_forward = Kernel("attention_forward", _load)
-_backward = Kernel("attention_backward", _load)
+# After Inductor's flags: multiply-adds fused (the kernel is not bit for
+# bit anyway; one rounding instead of two) and the loop vectorizer back on
+# (Inductor turns it off, which also disables `#pragma omp simd`).
+_FLAGS = ("-ffp-contract=fast", "-ftree-loop-vectorize")
+_forward = cpp_kernel(_SOURCE, "attention_forward", _FLAGS)
+_backward = cpp_kernel(_SOURCE, "attention_backward", _FLAGS)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -173,16 +173,18 @@ class Kernel:
         return None
 
 
-def cpp_kernel(source: str, name: str) -> Kernel:
+def cpp_kernel(source: str, name: str, extra_flags: tuple[str, ...] = ()) -> Kernel:
     """A kernel from C++ source defining ``extern "C" void <name>(const tn_args*)``.
 
     The ABI header is prepended; the source compiles at the first launch (a
-    second or so; then cached on disk by Inductor's code cache)."""
+    second or so; then cached on disk by Inductor's code cache, one library
+    per source and flags, whichever kernels of it are used). ``extra_flags``
+    come after Inductor's, so they win (e.g. ``-ffp-contract=off``)."""
 
     def load() -> Any:
         from torch._inductor.codecache import CppCodeCache
 
-        return CppCodeCache.load(_abi_header() + "\n" + source)
+        return CppCodeCache.load(_abi_header() + "\n" + source, extra_flags=tuple(extra_flags))
 
     return Kernel(name, load)
 

@@ -16,25 +16,19 @@ from pathlib import Path
 
 import torch
 
-from ._kernel import Kernel, _abi_header
+from ._kernel import Kernel, cpp_kernel
 from ._nki_op import nki_op
 
 _SOURCE = (Path(__file__).resolve().parent / "rotary.cpp").read_text()
 
 
-def _load():
-    from torch._inductor.codecache import CppCodeCache
-
-    # Extra flags come after Inductor's: no fused multiply-adds whatever
-    # torch._inductor.config.cpp.enable_floating_point_contract_flag says (each
-    # product rounds as ATen's mul does), and the loop vectorizer back on
-    # (Inductor turns it off, which also disables `#pragma omp simd`).
-    return CppCodeCache.load(_abi_header() + "\n" + _SOURCE,
-                             extra_flags=("-ffp-contract=off", "-ftree-loop-vectorize"))
-
-
-_forward = Kernel("rotary_embedding_forward", _load)
-_backward = Kernel("rotary_embedding_backward", _load)
+# Extra flags come after Inductor's: no fused multiply-adds whatever
+# torch._inductor.config.cpp.enable_floating_point_contract_flag says (each
+# product rounds as ATen's mul does), and the loop vectorizer back on
+# (Inductor turns it off, which also disables `#pragma omp simd`).
+_FLAGS = ("-ffp-contract=off", "-ftree-loop-vectorize")
+_forward = cpp_kernel(_SOURCE, "rotary_embedding_forward", _FLAGS)
+_backward = cpp_kernel(_SOURCE, "rotary_embedding_backward", _FLAGS)
 
 
 def _check(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:

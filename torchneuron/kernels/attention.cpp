@@ -64,10 +64,6 @@ constexpr int64_t BQ = 64;   // queries per tile
 constexpr int64_t BK = 64;   // keys per tile
 constexpr int64_t W = 16;    // floats per vector
 
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) { return tn_bf16_to_float(p[i]); }
-inline void store(float* p, int64_t i, float v) { p[i] = v; }
-inline void store(uint16_t* p, int64_t i, float v) { p[i] = tn_float_to_bf16(v); }
 
 inline int64_t padded(int64_t n) { return (n + W - 1) / W * W; }
 
@@ -137,9 +133,9 @@ void load_rows(const tn_tensor& t, int64_t b, int64_t h, int64_t i0, int64_t n, 
     float* out = dst + r * ld;
     if (sd == 1) {
 #pragma omp simd
-      for (int64_t d = 0; d < dim; ++d) out[d] = load(src, d) * mul;
+      for (int64_t d = 0; d < dim; ++d) out[d] = tn_load(src, d) * mul;
     } else {
-      for (int64_t d = 0; d < dim; ++d) out[d] = load(src, d * sd) * mul;
+      for (int64_t d = 0; d < dim; ++d) out[d] = tn_load(src, d * sd) * mul;
     }
   }
 }
@@ -153,7 +149,7 @@ void load_cols(const tn_tensor& t, int64_t b, int64_t h, int64_t i0, int64_t n, 
   const int64_t sd = t.strides[3];
   for (int64_t r = 0; r < n; ++r) {
     const T* src = base + (i0 + r) * t.strides[2];
-    for (int64_t d = 0; d < dim; ++d) dst[d * ld + r] = load(src, d * sd) * mul;
+    for (int64_t d = 0; d < dim; ++d) dst[d * ld + r] = tn_load(src, d * sd) * mul;
   }
 }
 
@@ -280,7 +276,7 @@ void forward(const tn_args* a) {
         const float inv = 1.0f / l[r];
         const float* ar = acc + r * s.dvp;
         T* o = out + row * s.dv;
-        for (int64_t d = 0; d < s.dv; ++d) store(o, d, ar[d] * inv);
+        for (int64_t d = 0; d < s.dv; ++d) tn_store(o, d, ar[d] * inv);
         lse[row] = m[r] + std::log(l[r]);
       }
     }
@@ -309,7 +305,7 @@ void backward(const tn_args* a) {
       load_rows<T>(dout, bh / s.heads, bh % s.heads, i, 1, s.dv, 1.0f, g.data(), s.dv);
       const T* o = out + row * s.dv;
       float sum = 0.0f;
-      for (int64_t d = 0; d < s.dv; ++d) sum = std::fma(g[d], load(o, d), sum);
+      for (int64_t d = 0; d < s.dv; ++d) sum = std::fma(g[d], tn_load(o, d), sum);
       delta[row] = sum;
     }
   });
@@ -359,8 +355,8 @@ void backward(const tn_args* a) {
       for (int64_t j = 0; j < nk; ++j) {
         T* dkr = dk + (bh * s.sk + k0 + j) * s.d;
         T* dvr = dv + (bh * s.sk + k0 + j) * s.dv;
-        for (int64_t d = 0; d < s.d; ++d) store(dkr, d, dks[j * s.dp + d]);
-        for (int64_t d = 0; d < s.dv; ++d) store(dvr, d, dvs[j * s.dvp + d]);
+        for (int64_t d = 0; d < s.d; ++d) tn_store(dkr, d, dks[j * s.dp + d]);
+        for (int64_t d = 0; d < s.dv; ++d) tn_store(dvr, d, dvs[j * s.dvp + d]);
       }
     }
   });
@@ -413,7 +409,7 @@ void backward(const tn_args* a) {
       }
       for (int64_t r = 0; r < nq; ++r) {
         T* dqr = dq + (row0 + r) * s.d;
-        for (int64_t d = 0; d < s.d; ++d) store(dqr, d, dqs[r * s.dp + d] * s.scale);
+        for (int64_t d = 0; d < s.d; ++d) tn_store(dqr, d, dqs[r * s.dp + d] * s.scale);
       }
     }
   });

@@ -14,10 +14,6 @@
 
 namespace {
 
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) { return tn_bf16_to_float(p[i]); }
-inline void store(float* p, int64_t i, float v) { p[i] = v; }
-inline void store(uint16_t* p, int64_t i, float v) { p[i] = tn_float_to_bf16(v); }
 
 template <class T>
 float sum_squares(const T* x, int64_t n) {
@@ -25,11 +21,11 @@ float sum_squares(const T* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int l = 0; l < 8; ++l) {
-      const float v = load(x, i + l);
+      const float v = tn_load(x, i + l);
       lanes[l] += v * v;
     }
   float total = 0;
-  for (; i < n; ++i) total += load(x, i) * load(x, i);
+  for (; i < n; ++i) total += tn_load(x, i) * tn_load(x, i);
   for (int l = 0; l < 8; ++l) total += lanes[l];
   return total;
 }
@@ -48,7 +44,7 @@ void forward(const tn_args* a) {
       T* yr = y + r * cols;
       const float s = 1.0f / std::sqrt(sum_squares(xr, cols) / static_cast<float>(cols) + eps);
       rstd[r] = s;
-      for (int64_t c = 0; c < cols; ++c) store(yr, c, load(xr, c) * s * load(w, c));
+      for (int64_t c = 0; c < cols; ++c) tn_store(yr, c, tn_load(xr, c) * s * tn_load(w, c));
     }
   });
 }
@@ -72,14 +68,14 @@ void backward(const tn_args* a) {
       int64_t c = 0;
       for (; c + 8 <= cols; c += 8)
         for (int l = 0; l < 8; ++l)
-          lanes[l] += load(dyr, c + l) * load(w, c + l) * load(xr, c + l) * s;
-      for (; c < cols; ++c) dot += load(dyr, c) * load(w, c) * load(xr, c) * s;
+          lanes[l] += tn_load(dyr, c + l) * tn_load(w, c + l) * tn_load(xr, c + l) * s;
+      for (; c < cols; ++c) dot += tn_load(dyr, c) * tn_load(w, c) * tn_load(xr, c) * s;
       for (int l = 0; l < 8; ++l) dot += lanes[l];
       const float mean = dot / static_cast<float>(cols);
       T* dxr = dx + r * cols;
       for (c = 0; c < cols; ++c) {
-        const float xhat = load(xr, c) * s;
-        store(dxr, c, s * (load(dyr, c) * load(w, c) - xhat * mean));
+        const float xhat = tn_load(xr, c) * s;
+        tn_store(dxr, c, s * (tn_load(dyr, c) * tn_load(w, c) - xhat * mean));
       }
     }
   });
@@ -89,7 +85,7 @@ void backward(const tn_args* a) {
     for (int64_t r = 0; r < rows; ++r) {
       const float s = rstd[r];
       for (int64_t c = lo; c < hi; ++c)
-        dw[c] += load(dy, r * cols + c) * load(x, r * cols + c) * s;
+        dw[c] += tn_load(dy, r * cols + c) * tn_load(x, r * cols + c) * s;
     }
   });
 }

@@ -26,10 +26,6 @@
 
 namespace {
 
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) { return tn_bf16_to_float(p[i]); }
-inline void store(float* p, int64_t i, float v) { p[i] = v; }
-inline void store(uint16_t* p, int64_t i, float v) { p[i] = tn_float_to_bf16(v); }
 
 template <class T>
 struct Rows {
@@ -73,40 +69,40 @@ void rotate(const tn_args* a) {
       if (unit) {
 #pragma omp simd
         for (int64_t i = 0; i < half; ++i) {
-          const float x1 = load(xr, i), x2 = load(xr, i + half);
+          const float x1 = tn_load(xr, i), x2 = tn_load(xr, i + half);
           float first, second;
           if (Backward) {
-            const float p1 = x1 * load(cr, i), p2 = x2 * load(sr, i + half);
-            const float q1 = x2 * load(cr, i + half), q2 = x1 * load(sr, i);
+            const float p1 = x1 * tn_load(cr, i), p2 = x2 * tn_load(sr, i + half);
+            const float q1 = x2 * tn_load(cr, i + half), q2 = x1 * tn_load(sr, i);
             first = p1 + p2;
             second = q1 - q2;
           } else {
-            const float p1 = x1 * load(cr, i), p2 = x2 * load(sr, i);
-            const float q1 = x2 * load(cr, i + half), q2 = x1 * load(sr, i + half);
+            const float p1 = x1 * tn_load(cr, i), p2 = x2 * tn_load(sr, i);
+            const float q1 = x2 * tn_load(cr, i + half), q2 = x1 * tn_load(sr, i + half);
             first = p1 - p2;
             second = q1 + q2;
           }
-          store(yr, i, first);
-          store(yr, i + half, second);
+          tn_store(yr, i, first);
+          tn_store(yr, i + half, second);
         }
       } else {
         for (int64_t i = 0; i < half; ++i) {
           const int64_t j = i + half;
-          const float x1 = load(xr, i * xd), x2 = load(xr, j * xd);
+          const float x1 = tn_load(xr, i * xd), x2 = tn_load(xr, j * xd);
           float first, second;
           if (Backward) {
-            const float p1 = x1 * load(cr, i * cd), p2 = x2 * load(sr, j * sd);
-            const float q1 = x2 * load(cr, j * cd), q2 = x1 * load(sr, i * sd);
+            const float p1 = x1 * tn_load(cr, i * cd), p2 = x2 * tn_load(sr, j * sd);
+            const float q1 = x2 * tn_load(cr, j * cd), q2 = x1 * tn_load(sr, i * sd);
             first = p1 + p2;
             second = q1 - q2;
           } else {
-            const float p1 = x1 * load(cr, i * cd), p2 = x2 * load(sr, i * sd);
-            const float q1 = x2 * load(cr, j * cd), q2 = x1 * load(sr, j * sd);
+            const float p1 = x1 * tn_load(cr, i * cd), p2 = x2 * tn_load(sr, i * sd);
+            const float q1 = x2 * tn_load(cr, j * cd), q2 = x1 * tn_load(sr, j * sd);
             first = p1 - p2;
             second = q1 + q2;
           }
-          store(yr, i * yd, first);
-          store(yr, j * yd, second);
+          tn_store(yr, i * yd, first);
+          tn_store(yr, j * yd, second);
         }
       }
     }

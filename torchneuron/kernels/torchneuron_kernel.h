@@ -81,6 +81,13 @@ static inline uint16_t tn_float_to_bf16(float f) {
 }
 
 #ifdef __cplusplus
+/* C++: element i of a float32 or bfloat16 buffer as float, and back (kernels
+   written once for both dtypes, as templates over float / uint16_t). */
+inline float tn_load(const float* p, int64_t i) { return p[i]; }
+inline float tn_load(const uint16_t* p, int64_t i) { return tn_bf16_to_float(p[i]); }
+inline void tn_store(float* p, int64_t i, float v) { p[i] = v; }
+inline void tn_store(uint16_t* p, int64_t i, float v) { p[i] = tn_float_to_bf16(v); }
+
 /* C++: tn_parallel(args, 0, rows, 16, [&](int64_t lo, int64_t hi) { ... }); */
 template <class F>
 inline void tn_parallel(const tn_args* args, int64_t begin, int64_t end, int64_t grain, F&& f) {
