@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from ._kernel import cpp_kernel
+from ._kernel import check_float_inputs, cpp_kernel
 from ._nki_op import nki_op
 
 _SOURCE = (Path(__file__).resolve().parent / "attention.cpp").read_text()
@@ -33,21 +33,8 @@ _backward = cpp_kernel(_SOURCE, "attention_backward", _FLAGS)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    tensors = {"q": q, "k": k, "v": v}
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"attention: {name} must be a tensor, got {type(t).__name__}")
-    if q.dtype not in (torch.float32, torch.bfloat16):
-        raise TypeError(f"attention: q must be float32 or bfloat16, got {q.dtype}")
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"attention: k and v must have q's dtype {q.dtype}, got {k.dtype} "
-                        f"and {v.dtype}")
-    if len({t.device for t in tensors.values()}) != 1:
-        raise ValueError(f"attention: q, k and v must be on one device, got {q.device}, "
-                         f"{k.device} and {v.device}")
-    if q.device.type not in ("neuron", "cpu", "meta"):
-        raise ValueError(f"attention: tensors on neuron (or cpu), got {q.device}")
-    for name, t in tensors.items():
+    check_float_inputs("attention", q=q, k=k, v=v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"attention: {name} of shape [batch, heads, seq, head_dim], got "
                              f"{tuple(t.shape)}")

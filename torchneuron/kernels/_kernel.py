@@ -82,6 +82,31 @@ def _is_traced(t: torch.Tensor) -> bool:
     return t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor)
 
 
+def check_float_inputs(op: str, **tensors: Any) -> None:
+    """The checks every library kernel's inputs pass (the first tensor leads):
+    tensors, float32 or bfloat16, one dtype, one device, neuron or cpu (or
+    meta, when traced)."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
+    names, values = list(tensors), list(tensors.values())
+    lead = values[0]
+
+    def listed(items: list[Any]) -> str:
+        return ", ".join(map(str, items[:-1])) + f" and {items[-1]}"
+
+    if lead.dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"{op}: {names[0]} must be float32 or bfloat16, got {lead.dtype}")
+    if any(t.dtype != lead.dtype for t in values[1:]):
+        raise TypeError(f"{op}: {listed(names[1:])} must have {names[0]}'s dtype {lead.dtype}, "
+                        f"got {listed([t.dtype for t in values[1:]])}")
+    if len({t.device for t in values}) != 1:
+        raise ValueError(f"{op}: {listed(names)} must be on one device, got "
+                         f"{listed([t.device for t in values])}")
+    if lead.device.type not in ("neuron", "cpu", "meta"):
+        raise ValueError(f"{op}: tensors on neuron (or cpu), got {lead.device}")
+
+
 class Kernel:
     """A custom kernel: ``kernel(*tensors_and_numbers)`` queues it (see the module)."""
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ._kernel import Kernel, cpp_kernel
+from ._kernel import Kernel, check_float_inputs, cpp_kernel
 from ._nki_op import nki_op
 
 _SOURCE = (Path(__file__).resolve().parent / "rotary.cpp").read_text()
@@ -32,21 +32,7 @@ _backward = cpp_kernel(_SOURCE, "rotary_embedding_backward", _FLAGS)
 
 
 def _check(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> None:
-    tensors = {"x": x, "cos": cos, "sin": sin}
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"rotary_embedding: {name} must be a tensor, got {type(t).__name__}")
-    if x.dtype not in (torch.float32, torch.bfloat16):
-        raise TypeError(f"rotary_embedding: x must be float32 or bfloat16, got {x.dtype}")
-    if cos.dtype != x.dtype or sin.dtype != x.dtype:
-        raise TypeError(f"rotary_embedding: cos and sin must have x's dtype {x.dtype}, got "
-                        f"{cos.dtype} and {sin.dtype}")
-    devices = {t.device for t in tensors.values()}
-    if len(devices) != 1:
-        raise ValueError(f"rotary_embedding: x, cos and sin must be on one device, got "
-                         f"{x.device}, {cos.device} and {sin.device}")
-    if x.device.type not in ("neuron", "cpu", "meta"):
-        raise ValueError(f"rotary_embedding: tensors on neuron (or cpu), got {x.device}")
+    check_float_inputs("rotary_embedding", x=x, cos=cos, sin=sin)
     if x.dim() != 4 or x.shape[-1] % 2:
         raise ValueError(f"rotary_embedding: x of shape [batch, heads, seq, head_dim] with an "
                          f"even head_dim, got {tuple(x.shape)}")
