@@ -488,10 +488,22 @@ def _(d):
 def _(d):
     if ndev() < 2:
         return None
+    # Device 0's stream waits on a busy stream of device 1; an event after
+    # the wait may only complete once device 1's work has. (Reading x on
+    # device 1's own current stream would need that stream to wait too, as
+    # with CUDA: x.sum() there is not ordered after s1 by device 0's wait.)
     s1 = torch.neuron.Stream(device=1)
     with torch.neuron.stream(s1):
+        torch.neuron._sleep(20000)
         x = torch.ones(4, device=f"{d}:1") * 2
-    torch.neuron.current_stream().wait_stream(s1)
+    waiter = torch.neuron.current_stream(0)
+    waiter.wait_stream(s1)
+    after = torch.neuron.Event()
+    after.record(waiter)
+    after.synchronize()
+    if not s1.query():
+        raise AssertionError("device 0's stream passed its wait before device 1's stream finished")
+    torch.neuron.current_stream(1).wait_stream(s1)
     if x.sum().item() != 8:
         raise AssertionError("cross-device wait lost the result")
 
