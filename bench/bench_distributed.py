@@ -61,6 +61,8 @@ def collectives(args, rank, say):
 
     sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20] if args.quick else \
         [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    neuron_backend = dist.group.WORLD._get_backend(torch.device("neuron"))
+    say(f"agreement check before each neuron collective: {neuron_backend.agreement}")
     say(f"{'op':<24}{'bytes':>10}{'neuron GB/s':>14}{'cpu GB/s':>12}{'ratio':>8}")
     ratios = []
     for op in ("all_reduce", "all_gather_into_tensor"):

@@ -98,15 +98,38 @@ def test_collective_follows_stream_order_without_host_wait(collectives):
         assert "c10d::allreduce" in r["profiled"], r["profiled"]
 
 
-@plain_pass_only
-def test_mismatched_collectives_raise_on_every_rank_and_the_group_goes_on(collectives):
-    results = collectives["mismatch"]
+def _check_mismatch_results(results, path):
     check_pairs(results, minimum=2)
     for rank, r in enumerate(results):
+        assert r["agreement"] == path, (rank, r["agreement"])
         for name in ("all_reduce-sizes", "all_reduce-dtypes", "broadcast-roots",
                      "all_gather_into_tensor-sizes"):
             assert r[name] is not None, f"rank {rank}: {name} raised nothing"
             assert "called it with different arguments" in r[name], r[name]
+
+
+@plain_pass_only
+def test_mismatched_collectives_raise_on_every_rank_and_the_group_goes_on(collectives):
+    # Both ranks on this machine: the check goes through shared memory.
+    _check_mismatch_results(collectives["mismatch"], "shared memory")
+
+
+@plain_pass_only
+def test_mismatch_check_through_the_transport():
+    # As between machines: TORCHNEURON_DIST_SHM=0 makes the ranks agree
+    # through Gloo, with the same errors.
+    results = run_ranks("collectives", "mismatch", timeout=180, env={"TORCHNEURON_DIST_SHM": "0"})
+    _check_mismatch_results(results, "transport")
+
+
+@plain_pass_only
+def test_distributed_debug_detail_wraps_the_backend():
+    # torch's checking wrapper needs the backend's sequence numbers.
+    results = run_ranks("collectives", "detail_debug", timeout=180,
+                        env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    check_pairs(results, minimum=2 * 4)
+    for rank, r in enumerate(results):
+        assert r["mismatch"] is not None and "mismatch" in r["mismatch"].lower(), (rank, r["mismatch"])
 
 
 @plain_pass_only
@@ -117,6 +140,7 @@ def test_failed_peer_raises_within_timeout_naming_the_collective(case, within):
     assert "c10d::allreduce" in r["error"], r["error"]
     assert r["seconds"] < within, r["seconds"]
     assert r["device_ok"]
+    assert r["agreement"] == "shared memory"  # the board's own waits (AgreementBoard.h)
 
 
 @plain_pass_only

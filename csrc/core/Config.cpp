@@ -25,6 +25,7 @@ const BackendConfig& backendConfig() {
     BackendConfig c;
     c.async_path = readBool("TORCHNEURON_ASYNC", c.async_path);
     c.dist_check = readBool("TORCHNEURON_DIST_CHECK", c.dist_check);
+    c.dist_shm = readBool("TORCHNEURON_DIST_SHM", c.dist_shm);
     return c;
   }();
   return config;

@@ -8,6 +8,9 @@
 //                         collective (default 1: the ranks first agree on the
 //                         operation, dtype and sizes, one small all-reduce,
 //                         so that a mismatch raises instead of aborting in Gloo)
+//   TORCHNEURON_DIST_SHM=0  make that check through the transport even when
+//                         every rank of the group is on this machine (default
+//                         1: through shared memory there, AgreementBoard.h)
 //
 // The runtime's own variables (NEURON_RT_*, NEURON_LAUNCH_BLOCKING) are read by
 // the runtime.
@@ -20,6 +23,7 @@ namespace torchneuron {
 struct BackendConfig {
   bool async_path = true;
   bool dist_check = true;
+  bool dist_shm = true;
 };
 
 // Read once, on first use.

@@ -7,12 +7,17 @@
 // transport, which yields every component's maximum and minimum across the
 // group; any difference is a mismatch, raised as an error that names the
 // collective and the disagreeing field on every rank, before any transfer
-// starts. One small all-reduce per collective (TORCHNEURON_DIST_CHECK=0
-// turns it off).
+// starts. One small all-reduce per collective, or, when the whole group is
+// on this machine, an exchange through shared memory (AgreementBoard.h);
+// TORCHNEURON_DIST_CHECK=0 turns the check off.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include "distributed/AgreementBoard.h"
+
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
 
 #include <cstdint>
 #include <string>
@@ -35,6 +40,8 @@ struct Signature {
 Signature signatureOf(int opType, int64_t root, const std::vector<at::Tensor>& tensors);
 
 // Runs on the executor (the start item): raises if the ranks disagree.
-void agree(c10d::Backend& transport, const char* op, const Signature& signature);
+// Through `board` when there is one, else through the transport.
+void agree(c10d::Backend& transport, AgreementBoard* board, std::chrono::milliseconds timeout,
+           const char* op, const Signature& signature);
 
 }  // namespace torchneuron::distributed

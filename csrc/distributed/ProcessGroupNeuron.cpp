@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
+#include <cstring>
 #include <initializer_list>
 #include <utility>
 
@@ -138,6 +139,10 @@ void divideAll(const TensorList& views, int by) {
   for (const auto& v : views) v.div_(by);
 }
 
+bool isPointToPoint(OpType op) {
+  return op == OpType::SEND || op == OpType::RECV || op == OpType::RECVANYSOURCE;
+}
+
 // What the ranks must agree on before a collective starts (Agreement.h), or
 // nothing for operations whose ranks legitimately differ or pair up.
 std::optional<Signature> agreementSignature(const Collective& c) {
@@ -165,12 +170,21 @@ std::optional<Signature> agreementSignature(const Collective& c) {
 }  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank,
-                                       int size)
-    : c10d::Backend(rank, size), transport_(std::move(transport)) {
+                                       int size, const c10::intrusive_ptr<c10d::Store>& store,
+                                       std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size), transport_(std::move(transport)), timeout_(timeout.count()) {
   TORCH_CHECK(transport_, "ProcessGroupNeuron needs a transport process group");
   TORCH_CHECK(transport_->getRank() == rank && transport_->getSize() == size,
               "ProcessGroupNeuron: the transport is rank ", transport_->getRank(), " of ",
               transport_->getSize(), ", expected ", rank, " of ", size);
+  if (backendConfig().dist_check && store) {
+    board_ = AgreementBoard::open(*store, "", rank, size);
+  }
+}
+
+std::string ProcessGroupNeuron::agreementPath() const {
+  if (!backendConfig().dist_check) return "off";
+  return board_ ? "shared memory" : "transport";
 }
 
 c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
@@ -178,7 +192,9 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupNeuron::split(
     const c10::intrusive_ptr<Options>& opts) {
   auto part = transport_->split(store, ranks, opts);
   if (!part) return nullptr;  // this rank is in none of the parts
-  return c10::make_intrusive<ProcessGroupNeuron>(part, part->getRank(), part->getSize());
+  const auto timeout = opts ? opts->timeout : std::chrono::milliseconds(timeout_.load());
+  return c10::make_intrusive<ProcessGroupNeuron>(part, part->getRank(), part->getSize(), store,
+                                                 timeout);
 }
 
 const CollectiveStreams& ProcessGroupNeuron::streamsFor(c10::DeviceIndex device) {
@@ -199,10 +215,12 @@ const CollectiveStreams& ProcessGroupNeuron::streamsFor(c10::DeviceIndex device)
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::launch(Collective c, StartFn start,
                                                           FinishFn finish) {
   c.rank = getRank();
+  if (!c.onHost && !isPointToPoint(c.opType)) ++calls_;  // (onHost counted its own)
   if (backendConfig().dist_check) {
     if (auto sig = agreementSignature(c)) {
-      start = [t = transport_, name = c.name, sig = std::move(*sig), start = std::move(start)] {
-        agree(*t, name, sig);
+      start = [t = transport_, board = board_, timeout = std::chrono::milliseconds(timeout_.load()),
+               name = c.name, sig = std::move(*sig), start = std::move(start)] {
+        agree(*t, board.get(), timeout, name, sig);
         return start();
       };
     }
@@ -241,6 +259,8 @@ class HostWorks : public c10d::Work {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::onHost(const char* name, StartFn call) {
+  // CPU calls are named "c10d::<op>/cpu"; send, recv and recvAnysource are pairs.
+  if (std::strstr(name, "send") == nullptr && std::strstr(name, "recv") == nullptr) ++calls_;
   c10::DeviceIndex device = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);

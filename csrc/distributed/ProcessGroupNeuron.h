@@ -12,11 +12,15 @@
 // factor before a SUM (as NCCL defines it).
 #pragma once
 
+#include "distributed/AgreementBoard.h"
 #include "distributed/Collective.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -24,12 +28,21 @@ namespace torchneuron::distributed {
 
 class ProcessGroupNeuron : public c10d::Backend {
  public:
-  ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size);
+  // `store` is the group's (the transport's own); through it the ranks set up
+  // their shared-memory agreement board when all run on this machine.
+  ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank, int size,
+                     const c10::intrusive_ptr<c10d::Store>& store,
+                     std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "neuron"; }
   bool supportsCoalescing() const override { return true; }
-  void setTimeout(std::chrono::milliseconds timeout) override { transport_->setTimeout(timeout); }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    transport_->setTimeout(timeout);
+    timeout_.store(timeout.count());
+  }
   const c10::intrusive_ptr<c10d::Backend>& transport() const { return transport_; }
+  // How the ranks check their arguments agree: "shared memory", "transport" or "off".
+  std::string agreementPath() const;
 
   // split_group (and DeviceMesh, which splits when it can): the transport
   // splits, and the part this rank is in gets a neuron backend of its own.
@@ -93,6 +106,13 @@ class ProcessGroupNeuron : public c10d::Backend {
     transport_->monitoredBarrier(opts, waitAllRanks);  // a host-side debugging barrier
   }
 
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL's wrapper fingerprints each collective
+  // with this number, which must be the same on every rank: the collectives
+  // called on this group so far (point-to-point excluded: only the pair
+  // takes part), counted when called, not when the device runs them.
+  uint64_t getSequenceNumberForGroup() override { return calls_.load(); }
+  void setSequenceNumberForGroup() override {}  // numbers start at 0 on every rank
+
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
@@ -105,6 +125,9 @@ class ProcessGroupNeuron : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> onHost(const char* name, StartFn call);
 
   c10::intrusive_ptr<c10d::Backend> transport_;
+  std::shared_ptr<AgreementBoard> board_;  // null: agree through the transport
+  std::atomic<int64_t> timeout_;           // ms: the agreement's wait on a board
+  std::atomic<uint64_t> calls_{0};         // getSequenceNumberForGroup
   std::mutex mu_;
   std::map<c10::DeviceIndex, CollectiveStreams> streams_;
   c10::DeviceIndex lastDevice_ = -1;  // of the latest collective: the barrier's device

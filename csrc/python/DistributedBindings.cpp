@@ -6,6 +6,8 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <pybind11/chrono.h>
+
 namespace py = pybind11;
 
 namespace torchneuron {
@@ -19,11 +21,20 @@ void registerDistributedBindings(py::module& m) {
         m, "ProcessGroupNeuron",
         "The neuron c10d backend: collectives on neuron tensors as device work, carried by the "
         "Gloo process group `transport`.")
-        .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& transport, int rank, int size) {
-               return c10::make_intrusive<ProcessGroupNeuron>(transport, rank, size);
+        .def(py::init([](const c10::intrusive_ptr<c10d::Backend>& transport, int rank, int size,
+                         const c10::intrusive_ptr<c10d::Store>& store,
+                         std::chrono::milliseconds timeout) {
+               return c10::make_intrusive<ProcessGroupNeuron>(transport, rank, size, store,
+                                                              timeout);
              }),
-             py::arg("transport"), py::arg("rank"), py::arg("size"))
-        .def_property_readonly("transport", &ProcessGroupNeuron::transport);
+             py::arg("transport"), py::arg("rank"), py::arg("size"), py::arg("store"),
+             py::arg("timeout"),
+             // The ranks meet through the store here: other Python threads go on.
+             py::call_guard<py::gil_scoped_release>())
+        .def_property_readonly("transport", &ProcessGroupNeuron::transport)
+        .def_property_readonly("agreement", &ProcessGroupNeuron::agreementPath,
+                               "How the ranks check a collective's arguments agree: 'shared "
+                               "memory', 'transport' or 'off' (TORCHNEURON_DIST_CHECK=0).");
   });
 }
 

@@ -367,7 +367,7 @@ def dead_peer():
     elapsed = time.perf_counter() - t0
     # The device keeps working.
     ok = (torch.ones(3, device="neuron") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
-    return {"error": err, "seconds": elapsed, "device_ok": ok}
+    return {"error": err, "seconds": elapsed, "device_ok": ok, "agreement": agreement_path()}
 
 
 def mismatch():
@@ -395,8 +395,14 @@ def mismatch():
     ok = torch.full((5,), float(rank + 1), device="neuron")
     dist.all_reduce(ok)
     out["after"] = (ok.cpu(), torch.full((5,), 3.0))
+    out["agreement"] = agreement_path()
     dist.destroy_process_group()
     return out
+
+
+def agreement_path():
+    """How the default group's neuron backend checks agreement."""
+    return dist.group.WORLD._get_backend(torch.device("neuron")).agreement
 
 
 def hung_peer():
@@ -421,7 +427,37 @@ def hung_peer():
         err = str(e)
     elapsed = time.perf_counter() - t0
     ok = (torch.ones(3, device="neuron") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
-    return {"error": err, "seconds": elapsed, "device_ok": ok}
+    return {"error": err, "seconds": elapsed, "device_ok": ok, "agreement": agreement_path()}
+
+
+def detail_debug():
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps the backend in its
+    checking wrapper: collectives still give Gloo-CPU's results, and the
+    wrapper's own fingerprint check catches a mismatch."""
+    rank, world = setup()
+    out = {}
+    for dev in ("neuron", "cpu"):
+        x = data((6,), torch.float32, rank).to(dev)
+        dist.all_reduce(x)
+        g = torch.empty(2 * 6, device=dev)
+        dist.all_gather_into_tensor(g, x)
+        b = data((3,), torch.float32, rank, salt=1).to(dev)
+        dist.broadcast(b, src=1)
+        dist.barrier()
+        out[dev] = [x.cpu(), g.cpu(), b.cpu()]
+    for i, (n, c) in enumerate(zip(out.pop("neuron"), out.pop("cpu"))):
+        out[f"result{i}"] = (n, c)
+    try:
+        dist.all_reduce(torch.ones(4 + rank, device="neuron"))
+        torch.neuron.synchronize()
+        out["mismatch"] = None
+    except RuntimeError as e:
+        out["mismatch"] = str(e)
+    ok = torch.full((5,), float(rank + 1), device="neuron")
+    dist.all_reduce(ok)
+    out["after"] = (ok.cpu(), torch.full((5,), 3.0))
+    dist.destroy_process_group()
+    return out
 
 
 if __name__ == "__main__":

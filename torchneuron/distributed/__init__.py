@@ -32,7 +32,8 @@ def _create_backend(opts, backend_options=None):
     # The transport: Gloo on the store torch prefixed for this group and device.
     transport = ProcessGroupGloo(opts.store, opts.group_rank, opts.group_size, opts.timeout)
     transport.options.global_ranks_in_group = opts.global_ranks_in_group
-    return _C.ProcessGroupNeuron(transport, opts.group_rank, opts.group_size)
+    return _C.ProcessGroupNeuron(transport, opts.group_rank, opts.group_size, opts.store,
+                                 opts.timeout)
 
 
 def register() -> None:
