@@ -518,8 +518,10 @@ def test_a_second_kernel_error_before_one_sync_is_reported_too():
     with pytest.raises(RuntimeError) as ei:
         torch.neuron.synchronize()
     msg = str(ei.value)
+    # Both failures, each named, in the order they were queued.
     assert "index 5 is out of bounds" in msg, msg
-    assert "and 1 later kernel failure" in msg, msg
+    assert "and 1 more kernel failure" in msg, msg
+    assert msg.index("index 5 is out of bounds") < msg.index("index 7 is out of bounds"), msg
     torch.neuron.synchronize()  # reported once, the device works
     assert torch.ones(2, device=N).sum().item() == 2
 

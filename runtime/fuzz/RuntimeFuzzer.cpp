@@ -48,13 +48,9 @@ namespace {
 // ---------------------------------------------------------------------------
 // Known bugs, skipped under NRT_FUZZ_SKIP_KNOWN=1. Each entry is the exact
 // call shape that hits one (NRT_FUZZ_TRACE=1 prints an input's calls).
-//   (K1 huge nrtHostAlloc sizes, K2 zero-byte async copies with NULL and K5
+//   (K1 huge nrtHostAlloc sizes, K2 zero-byte async copies with NULL, K3 a
+//   second kernel failure before a synchronization dropped, and K5
 //   out-of-range copy kinds are fixed; their inputs are in corpus/.)
-//   K3 a second kernel failure on a device before the first is reported is
-//      dropped: the stream keeps only its first unreported failure, and
-//      nrtDeviceSynchronize returns one stream's failure and silently marks
-//      the others' reported. Skipped: launching a failing kernel on a device
-//      that already has an unreported failure.
 //   K4 zero-byte copies and memsets check pointers and direction as if they
 //      touched memory (a zero-byte copy with a freed or wrong-kind pointer
 //      fails). Not skipped: the model accepts either answer for now.
@@ -396,12 +392,6 @@ std::vector<int> deviceFailures(int device) {
     if (s.live) add(s);
   add(M->defaults[device]);
   return out;
-}
-
-bool deviceHasUnreported(int device) {
-  for (auto& f : M->failures)
-    if (f.device == device && !f.reported && !f.lostOk) return true;
-  return false;
 }
 
 // Work on a stream finished (it was synchronized): buffers it touched are idle.
@@ -1450,10 +1440,6 @@ void opLaunch(Reader& r) {
     }
     case 3:
     case 4: {  // a failing kernel
-      if (sp.live && gSkipKnown && deviceHasUnreported(s->device)) {
-        trace("skipped a second failing kernel on device %d [known bug K3]", s->device);
-        return;
-      }
       int id = static_cast<int>(M->failures.size());
       FailArgs fa{id, (v & 1) ? NRT_ERROR_INVALID_VALUE : NRT_ERROR_OUT_OF_MEMORY};
       char kname[32];

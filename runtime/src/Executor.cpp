@@ -60,7 +60,7 @@ KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
   if (st == NRT_SUCCESS) return nullptr;
   std::string msg = std::string("kernel '") + t.name + "' failed with " + nrtGetErrorName(st);
   if (ctx.messageSet) msg += ": " + ctx.message;
-  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg);
+  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg, t.name);
 }
 
 Executor::Executor(int device, int threads) : device_(device), threads_(threads) {}
@@ -198,8 +198,8 @@ void Executor::workerLoop() {
             // Recorded before the task counts as done, so a query that sees
             // the stream finished also sees the failure.
             std::lock_guard<std::mutex> g(mu_);
-            if (!s->error || s->error->reported.load()) s->error = failure;
-            else s->error->later.fetch_add(1);  // reported with the first one
+            if (s->error && !s->error->reported.load()) failure->previous = s->error;
+            s->error = failure;
             errorBefore = failure;
           }
           break;
@@ -296,13 +296,24 @@ nrtStatus Executor::synchronizeAll() {
     std::lock_guard<std::mutex> lk(mu_);
     streams = streams_;
   }
+  // Every stream's unreported failures, in one message.
   nrtStatus first = NRT_SUCCESS;
+  std::vector<const KernelError*> failures;
+  std::vector<KernelErrorPtr> keep;  // alive until reported
   for (Stream* s : streams) {
     wait(s);
-    nrtStatus st = takeError(s);
+    KernelErrorPtr err;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      err = std::move(s->error);
+      s->error.reset();
+    }
+    if (!err) continue;
+    const nrtStatus st = err->claim(failures);
     if (first == NRT_SUCCESS) first = st;
+    keep.push_back(std::move(err));
   }
-  return first;
+  return first == NRT_SUCCESS ? first : reportFailures(first, failures);
 }
 
 }  // namespace nrt

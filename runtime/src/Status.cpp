@@ -1,6 +1,7 @@
 // Status.cpp — error names and the thread-local last-error message.
 #include "Status.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 
@@ -21,6 +22,39 @@ nrtStatus failf(nrtStatus status, const char* fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   return fail(status, buf);
+}
+
+nrtStatus KernelError::claim(std::vector<const KernelError*>& failures) {
+  const size_t first = failures.size();
+  for (KernelError* e = this; e != nullptr; e = e->previous.get()) {
+    // Reporting always takes a failure with all those before it, so one
+    // already reported ends the walk (another call took the rest).
+    if (e->reported.exchange(true)) break;
+    failures.push_back(e);
+  }
+  std::reverse(failures.begin() + static_cast<std::ptrdiff_t>(first), failures.end());
+  return failures.size() == first ? NRT_SUCCESS : failures[first]->status;
+}
+
+nrtStatus KernelError::reportOnce() {
+  std::vector<const KernelError*> failures;
+  const nrtStatus st = claim(failures);
+  return st == NRT_SUCCESS ? st : reportFailures(st, failures);
+}
+
+nrtStatus reportFailures(nrtStatus status, const std::vector<const KernelError*>& failures) {
+  if (failures.size() == 1) return fail(status, failures.front()->message);
+  // The first few in full (a few hundred bytes each), the rest by name.
+  constexpr size_t kInFull = 8;
+  const size_t more = failures.size() - 1;
+  std::string m = failures.front()->message + " (and " + std::to_string(more) +
+                  " more kernel failure" + (more == 1 ? "" : "s") +
+                  " queued before this synchronization: ";
+  for (size_t i = 1; i < failures.size(); ++i) {
+    if (i > 1) m += "; ";
+    m += i <= kInFull ? failures[i]->message : "kernel '" + failures[i]->kernel + "'";
+  }
+  return fail(status, m + ")");
 }
 
 }  // namespace nrt

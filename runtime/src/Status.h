@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "neuron/runtime.h"
 
@@ -19,26 +20,36 @@ nrtStatus failf(nrtStatus status, const char* fmt, ...) __attribute__((format(pr
 // A kernel failure waiting to be reported. It is shared by the stream it
 // happened on and by events recorded after it, and reported exactly once by
 // whichever synchronizing call sees it first.
+//
+// A stream's failures form a chain: each links the one queued before it on
+// the same stream while that one was still unreported. Reporting a failure
+// reports it and the unreported ones before it (an event recorded after a
+// failure sees it and those before, not later ones), so no failure is ever
+// dropped: a synchronization names every failure it is the first to see.
+struct KernelError;
+using KernelErrorPtr = std::shared_ptr<KernelError>;
+
 struct KernelError {
-  KernelError(nrtStatus s, std::string m) : status(s), message(std::move(m)) {}
+  KernelError(nrtStatus s, std::string m, std::string k = {})
+      : status(s), message(std::move(m)), kernel(std::move(k)) {}
   nrtStatus status;
   std::string message;
+  std::string kernel;  // the failed kernel's name: how a long report names the rest
   std::atomic<bool> reported{false};
-  // Failures queued on the same stream after this one and before it was
-  // reported: each is counted (the first is the one reported in full, as
-  // it may have caused the rest).
-  std::atomic<uint64_t> later{0};
+  KernelErrorPtr previous;  // set once, when queued behind an unreported failure
 
-  // Returns the failure if nobody has reported it yet, SUCCESS otherwise.
-  nrtStatus reportOnce() {
-    if (reported.exchange(true)) return NRT_SUCCESS;
-    const uint64_t more = later.load();
-    if (more == 0) return fail(status, message);
-    return fail(status, message + " (and " + std::to_string(more) + " later kernel failure" +
-                            (more == 1 ? "" : "s") +
-                            " on this stream before this synchronization; the first is reported)");
-  }
+  // Claims this failure and the unreported ones before it: appends them,
+  // oldest first, and returns the oldest one's status (SUCCESS when all
+  // were reported already).
+  nrtStatus claim(std::vector<const KernelError*>& failures);
+
+  // Claims, and reports what it claimed as this thread's error.
+  nrtStatus reportOnce();
 };
-using KernelErrorPtr = std::shared_ptr<KernelError>;
+
+// One message for the failures one call claimed: the first ones in full, the
+// rest by kernel name (every failure is named).
+nrtStatus reportFailures(nrtStatus status, const std::vector<const KernelError*>& failures);
+
 
 }  // namespace nrt

@@ -96,6 +96,46 @@ TEST(Launch, FailureIsReportedOnceWithKernelName) {
   NRT_OK(nrtStreamDestroy(s));
 }
 
+// Every failure queued before a synchronization is reported by it, in order,
+// each by its kernel's name; an event reports those before its record only.
+TEST(Launch, EveryFailureBeforeASyncIsNamed) {
+  if (launchBlocking()) GTEST_SKIP() << "blocking mode reports failures at launch";
+  nrtStream_t s, t;
+  NRT_OK(nrtStreamCreate(&s, 1, 0));
+  NRT_OK(nrtStreamCreate(&t, 1, 0));
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, 0));
+  SleepArgs gate{20000};  // keeps the failures queued until all are launched
+  NRT_OK(nrtLaunchKernel(s, "sleep", sleepKernel, &gate, sizeof gate));
+  NRT_OK(nrtLaunchKernel(s, "fail-one", failingKernel, nullptr, 0));
+  NRT_OK(nrtEventRecord(e, s));
+  NRT_OK(nrtLaunchKernel(s, "fail-two", failingKernel, nullptr, 0));
+  NRT_OK(nrtLaunchKernel(s, "fail-three", failingKernel, nullptr, 0));
+  EXPECT_EQ(nrtEventSynchronize(e), NRT_ERROR_KERNEL_FAILED);
+  std::string msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("fail-one"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("fail-two"), std::string::npos) << msg;  // after the record
+  EXPECT_EQ(nrtStreamSynchronize(s), NRT_ERROR_KERNEL_FAILED);
+  msg = nrtGetLastErrorMessage();
+  EXPECT_EQ(msg.find("fail-one"), std::string::npos) << msg;  // reported already
+  const size_t two = msg.find("fail-two"), three = msg.find("fail-three");
+  EXPECT_NE(two, std::string::npos) << msg;
+  EXPECT_NE(three, std::string::npos) << msg;
+  EXPECT_LT(two, three) << msg;
+  NRT_OK(nrtStreamSynchronize(s));
+  // Failures on two streams: the device's synchronization names both.
+  NRT_OK(nrtLaunchKernel(s, "fail-on-s", failingKernel, nullptr, 0));
+  NRT_OK(nrtLaunchKernel(t, "fail-on-t", failingKernel, nullptr, 0));
+  EXPECT_EQ(nrtDeviceSynchronize(1), NRT_ERROR_KERNEL_FAILED);
+  msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("fail-on-s"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fail-on-t"), std::string::npos) << msg;
+  NRT_OK(nrtDeviceSynchronize(1));
+  NRT_OK(nrtEventDestroy(e));
+  NRT_OK(nrtStreamDestroy(t));
+  NRT_OK(nrtStreamDestroy(s));
+}
+
 TEST(Launch, FailureSurfacesThroughQueryEventAndDevice) {
   if (launchBlocking()) GTEST_SKIP() << "blocking mode reports failures at launch";
   nrtStream_t s;

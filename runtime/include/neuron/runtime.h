@@ -91,7 +91,9 @@ NRT_API const char* nrtGetErrorString(nrtStatus status);
 
 /* The detailed message of the last failing call made on this thread: what
  * was expected, what was found (for a kernel failure: its name and its own
- * message). Empty string when no call on this thread has failed. The pointer
+ * message; when one call reports several failures, all of them, oldest
+ * first: the first eight in full, the rest by kernel name). Empty string
+ * when no call on this thread has failed. The pointer
  * stays valid until the next runtime call on this thread. */
 NRT_API const char* nrtGetLastErrorMessage(void);
 
@@ -123,9 +125,9 @@ NRT_API nrtStatus nrtGetDeviceProperties(nrtDeviceProperties* props, int device)
 NRT_API nrtStatus nrtSetDevice(int device);
 NRT_API nrtStatus nrtGetDevice(int* device);
 
-/* Blocks until all work on every stream of device has finished. Returns the
- * first unreported kernel failure of any of its streams (KERNEL_FAILED,
- * reported once). Errors: INVALID_DEVICE. */
+/* Blocks until all work on every stream of device has finished. Reports
+ * every unreported kernel failure of its streams (KERNEL_FAILED, each
+ * failure reported once, all named in one message). Errors: INVALID_DEVICE. */
 NRT_API nrtStatus nrtDeviceSynchronize(int device);
 
 /* Free and total arena bytes of device. Errors: INVALID_VALUE,
@@ -253,7 +255,8 @@ NRT_API nrtStatus nrtStreamGetPriority(nrtStream_t stream, int* priority);
  * is done. Errors: INVALID_HANDLE. */
 NRT_API nrtStatus nrtStreamQuery(nrtStream_t stream);
 
-/* Blocks until all queued work is done; reports a kernel failure once.
+/* Blocks until all queued work is done; reports the stream's unreported
+ * kernel failures (each once, all named in one message).
  * Errors: INVALID_HANDLE, KERNEL_FAILED. */
 NRT_API nrtStatus nrtStreamSynchronize(nrtStream_t stream);
 
