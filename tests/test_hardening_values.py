@@ -424,20 +424,16 @@ def test_one_hot_checks_as_cpu(args):
 
 
 # The warning-only cases: random_'s precision warning comes from the kernel; a
-# queued call's warning is re-emitted at the next host call, and on the merged
-# main it reaches the C++ log instead of Python's warnings (open, issue 9).
-_WARN_ONLY = pytest.mark.xfail(reason="re-emitted kernel warning of a queued random_ reaches "
-                                      "the C++ log, not Python's warnings", strict=False)
+# queued call's warning is re-emitted at the next host call (torch.neuron.synchronize
+# here). It once reached the C++ log: the binding noted its host wait, which flushes
+# the warnings, before it installed Python's warning handler.
 @pytest.mark.parametrize("dtype,lo,hi", [(torch.int8, 0, 300), (torch.float16, 0, 70000),
-                                         (torch.uint8, -5, 10),
-                                         pytest.param(torch.float32, 0, 2**25, marks=_WARN_ONLY),
-                                         pytest.param(torch.float16, 0, 5000, marks=_WARN_ONLY),
-                                         pytest.param(torch.bfloat16, -1000, 1000,
-                                                      marks=_WARN_ONLY),
-                                         pytest.param(torch.float64, 0, 2**54, marks=_WARN_ONLY)])
+                                         (torch.uint8, -5, 10), (torch.float32, 0, 2**25),
+                                         (torch.float16, 0, 5000), (torch.bfloat16, -1000, 1000),
+                                         (torch.float64, 0, 2**54)])
 def test_random_from_out_of_bounds_warns_or_raises_at_the_op(dtype, lo, hi):
-    # In a fresh interpreter: in the full suite's process the re-emitted kernel warning
-    # was sometimes not seen (not when this file runs alone; left for investigation).
+    # In a fresh interpreter: warnings the suite's earlier tests left stashed would
+    # be flushed into this test's catch_warnings.
     from conftest import run_python
     r = run_python(f"""
         import sys; sys.path.insert(0, 'tests')
@@ -475,8 +471,8 @@ def _random_bounds(dtype, lo, hi):
 
 
 def test_warnings_raised_by_a_queued_kernel_reach_the_user():
-    # In a fresh interpreter: in this process other tests' state can hide the warning
-    # (seen once in the full file, not alone; left for investigation).
+    # In a fresh interpreter (as above). The warning was once lost to the C++ log when
+    # torch.neuron.synchronize flushed it before installing Python's warning handler.
     from conftest import run_python
     r = run_python("""
         import sys; sys.path.insert(0, 'tests')

@@ -143,15 +143,16 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_synchronize", [](int d) {
     lazyInit();
-    noteHostWait(WaitCause::Synchronize, "synchronize");
     nrtStatus st;
     {
-      py::gil_scoped_release no_gil;
-      st = nrtDeviceSynchronize(resolveDevice(static_cast<c10::DeviceIndex>(d)));
-    }
-    {
-      // Warnings of the queued work waited for, as Python warnings.
+      // Warnings of queued work, as Python warnings: those the host-wait
+      // note flushes (work finished earlier) and those of the work waited for.
       torch::PyWarningHandler python_warnings;
+      noteHostWait(WaitCause::Synchronize, "synchronize");
+      {
+        py::gil_scoped_release no_gil;
+        st = nrtDeviceSynchronize(resolveDevice(static_cast<c10::DeviceIndex>(d)));
+      }
       flushKernelWarnings();
     }
     if (st != NRT_SUCCESS) throwRuntimeError(st, "torch.neuron.synchronize", __FILE__, __LINE__);
