@@ -567,3 +567,34 @@ def test_checkpoint_within_bounds_still_loads():
     assert torch.equal(d["t"].cpu(), x.cpu().view(2, 4).t())
     d["v"].add_(1)
     assert d["a"].cpu().tolist()[2:5] == [3, 4, 5]
+
+
+# --- out= resizing warns once --------------------------------------------------------------------
+
+def _resize_warnings(dev, call):
+    a = torch.ones(4, 3, device=dev)
+    out = torch.ones(2, device=dev)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        call(a, out)
+        if dev != "cpu":
+            torch.neuron.synchronize()
+    return [str(m.message) for m in w if "was resized" in str(m.message)], out.cpu()
+
+
+@pytest.mark.parametrize("name,call", [
+    ("add", lambda a, out: torch.add(a, a, out=out)),
+    ("mul", lambda a, out: torch.mul(a, 2.0, out=out)),
+    ("cat", lambda a, out: torch.cat([a, a], out=out)),
+    ("sum", lambda a, out: torch.sum(a, 0, out=out)),
+])
+def test_a_resized_out_tensor_warns_once_as_on_cpu(name, call):
+    # The Meta pass and CPU's kernel both resize a non-empty out= (the call then runs
+    # synchronously); the user hears it once, at the op. From a Python meta kernel
+    # (torch._prims_common's out= wrapper) the words are that kernel's, on the first
+    # call of a kind; cached calls run no Meta pass and give CPU's.
+    cpu, cpu_out = _resize_warnings("cpu", call)
+    for _ in range(3):
+        got, got_out = _resize_warnings(N, call)
+        assert len(got) == len(cpu) == 1, (got, cpu)
+        assert torch.equal(got_out, cpu_out)

@@ -307,6 +307,10 @@ struct MetaResult {
       if (m.msg() == w.msg()) return true;
     return false;
   }
+  // A Python meta kernel (torch._prims_common's out= wrapper) resized a
+  // non-empty out= tensor and warned about it in its own words, straight
+  // into Python's warnings (never in `warnings`).
+  bool resizeWarnedInPython = false;
   // Whether CPU's kernel agrees with this Meta pass (see VerdictCache).
   mutable std::atomic<int> verdict{kUnverified};
   // kFunctional: the out= overload disagrees but the functional kernel (its
@@ -595,6 +599,15 @@ c10::IValue metaArg(const c10::IValue& iv, bool generator) {
   return mapTensors(iv, toMeta);
 }
 
+}  // namespace
+
+bool isResizeWarning(const c10::Warning& w) {
+  static const std::string kResized = "An output with one or more elements was resized";
+  return w.msg().compare(0, kResized.size(), kResized) == 0;
+}
+
+namespace {
+
 // Runs the op on Meta tensors. Returns nullptr when the slow path must run.
 std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const Plan& plan,
                                           const torch::jit::Stack& stack, size_t begin) {
@@ -615,6 +628,8 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
     std::vector<c10::Warning> warnings;
     void process(const c10::Warning& w) override { warnings.push_back(w); }
   } held;
+  std::vector<std::vector<int64_t>> sizesBefore;  // of the written tensors
+  for (const at::Tensor& w : writtenMeta) sizesBefore.push_back(w.sizes().vec());
   try {
     c10::WarningUtils::WarningHandlerGuard guard(&held);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
@@ -631,6 +646,15 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
   if (meta.size() != plan.returnArg.size()) return nullptr;
   auto result = std::make_shared<MetaResult>();
   result->warnings = std::move(held.warnings);
+  bool resizedNonEmpty = false;
+  for (size_t i = 0; i < writtenMeta.size(); ++i) {
+    const auto& before = sizesBefore[i];
+    const bool wasEmpty = std::find(before.begin(), before.end(), 0) != before.end();
+    resizedNonEmpty |= !wasEmpty && writtenMeta[i].sizes().vec() != before;
+  }
+  result->resizeWarnedInPython =
+      resizedNonEmpty &&
+      std::none_of(result->warnings.begin(), result->warnings.end(), isResizeWarning);
   for (const at::Tensor& w : writtenMeta) result->written.emplace_back(w);
   for (size_t r = 0; r < plan.returnArg.size(); ++r) {
     if (plan.returnArg[r] >= 0) continue;
@@ -646,9 +670,11 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
   return result;
 }
 
+// (ranNow: the Meta pass ran for this call, not taken from the cache.)
 std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
                                           const torch::jit::Stack& stack, size_t begin,
-                                          const Prepared& p) {
+                                          const Prepared& p, bool& ranNow) {
+  ranNow = false;
   MetaCache& cache = metaCache();
   if (p.cacheable) {
     std::lock_guard<std::mutex> lk(cache.mu);
@@ -656,6 +682,7 @@ std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const P
     if (it != cache.entries.end()) return it->second;
   }
   auto result = runMeta(op, plan, stack, begin);
+  ranNow = true;
   if (result && p.cacheable) {
     std::lock_guard<std::mutex> lk(cache.mu);
     if (cache.entries.size() >= MetaCache::kMaxEntries) cache.entries.clear();
@@ -1009,9 +1036,12 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     return refuse("an argument is not a dense tensor on this device (or a CPU scalar)");
 
   // Shapes, dtypes and argument checks, from the Meta backend (cached).
-  std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p);
+  bool metaRanNow = false;
+  std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p, metaRanNow);
   if (!meta || meta->written.size() != p.written.size())
     return refuse("no Meta result for these arguments");
+  // The Python warning reached the user now; the synchronous path must not repeat it.
+  if (verify != nullptr) verify->resizeWarned = metaRanNow && meta->resizeWarnedInPython;
   int verdict = meta->verdict.load(std::memory_order_acquire);
   std::string kind;  // set when this call must verify its kind of arguments
   if (verdict == MetaResult::kUnverified) {

@@ -6,6 +6,7 @@
 
 #include <ATen/core/stack.h>
 #include <c10/core/Device.h>
+#include <c10/util/Exception.h>
 
 #include <memory>
 #include <string>
@@ -27,6 +28,9 @@ struct AsyncVerify {
   std::shared_ptr<const MetaResult> meta;  // null: nothing to record
   std::string kind;                        // the arguments' kind (AsyncPath.cpp)
   const char* refusal = nullptr;           // why the op is not queued, for tools
+  // This call's Meta pass (a Python meta kernel) already warned that an out=
+  // tensor was resized: the synchronous path drops CPU's kernel's copy.
+  bool resizeWarned = false;
   void finish();
   AsyncVerify();
   ~AsyncVerify();
@@ -43,6 +47,9 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 // Turns the asynchronous generic path on or off (on by default); with it off
 // every op without a dedicated kernel runs synchronously. For tests and
 // debugging.
+// "An output with one or more elements was resized ...", in any words.
+bool isResizeWarning(const c10::Warning& w);
+
 void setAsyncPathEnabled(bool enabled);
 bool asyncPathEnabled();
 

@@ -37,6 +37,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 namespace torchneuron {
@@ -239,6 +240,18 @@ void genericFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   runGeneric(op, stack, nullptr, {});
 }
 
+namespace {
+// The Meta pass's Python kernel already told the user that an out= tensor
+// was resized (AsyncPath.h): CPU's kernel's words for it are not repeated;
+// every other warning goes on to the handler that was in place.
+struct SkipResizeWarnings : c10::WarningHandler {
+  c10::WarningHandler* next = c10::WarningUtils::get_warning_handler();
+  void process(const c10::Warning& w) override {
+    if (!isResizeWarning(w)) next->process(w);
+  }
+};
+}  // namespace
+
 void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                 const c10::OperatorHandle* target, const StackAdjust& adjust) {
   const auto& schema = op.schema();
@@ -270,6 +283,12 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // Most ops can run asynchronously in stream order; the rest run here.
   AsyncVerify verify;
   if (target == nullptr && tryAsyncPath(op, stack, st.device, &verify)) return;
+  std::optional<SkipResizeWarnings> skipResize;
+  std::optional<c10::WarningUtils::WarningHandlerGuard> skipResizeGuard;
+  if (verify.resizeWarned) {
+    skipResize.emplace();
+    skipResizeGuard.emplace(&*skipResize);
+  }
 
   // Written tensors materialize a copy-on-write storage before their alias
   // is made (the alias writes the device bytes directly); read ones do not
