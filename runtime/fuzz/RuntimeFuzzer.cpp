@@ -23,10 +23,10 @@
 //
 // NRT_FUZZ_SKIP_KNOWN=1 (what `make test` sets) skips exactly the calls that
 // hit the known bugs listed below (K1...), so the short run in the test suite
-// checks everything else; `make fuzz` runs without it. runtime/fuzz/known/
-// holds a minimal input for each: `build-fuzz/runtime/fuzz/runtime_fuzzer
-// runtime/fuzz/known/*` fails on each until its bug is fixed; then delete its
-// skip and move the input to corpus/.
+// checks everything else; `make fuzz` runs without it. A known bug's minimal
+// input goes in runtime/fuzz/known/ (none is open now):
+// `build-fuzz/runtime/fuzz/runtime_fuzzer runtime/fuzz/known/*` fails on each
+// until its bug is fixed; then delete its skip and move the input to corpus/.
 #include <neuron/runtime.h>
 
 #include <atomic>
