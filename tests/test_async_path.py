@@ -194,3 +194,19 @@ def test_batch_norm_training_on_a_non_contiguous_input():
     for _ in range(2):
         got = torch.ops.aten.native_batch_norm(nx, None, None, None, None, True, 0.1, 1e-5)
         assert_same(got, expected)
+
+
+@pytest.mark.parametrize("name", ["add", "mul", "flip", "relu6", "exp"])
+def test_zero_element_results_have_cpus_strides_without_a_host_wait(name):
+    # CPU's kernels lay out an empty result each their own way (TensorIterator makes
+    # it contiguous, flip keeps a sliced input's strides): CPU's kernel decides, and
+    # as no data is read or written the device does not wait for it.
+    f = {"add": lambda x: x + x, "mul": lambda x: x * 2, "flip": lambda x: x.flip(0),
+         "relu6": torch.nn.functional.relu6, "exp": torch.exp}[name]
+    base = torch.randn(0, 20, 6)
+    dev = base.to("neuron")
+    torch.neuron.synchronize()
+    torchneuron.clear_op_tracking()  # (host waits are recorded whether or not work is queued)
+    got, want = f(dev[:, ::2, ::2]), f(base[:, ::2, ::2])
+    assert got.shape == want.shape and got.stride() == want.stride(), (got.stride(), want.stride())
+    assert torchneuron.get_host_waits() == []

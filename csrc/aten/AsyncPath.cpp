@@ -885,6 +885,17 @@ bool anyNonContiguousInput(const Plan& plan, const torch::jit::Stack& stack, siz
 }
 
 // Whether tensor `t` (a written argument) is passed as another argument too.
+// Whether any argument is a device tensor with elements.
+bool anyDeviceData(const torch::jit::Stack& stack, size_t begin, size_t n) {
+  bool any = false;
+  for (size_t i = begin; i < begin + n; ++i) {
+    forEachTensor(stack[i], [&](const at::Tensor& t) {
+      any |= t.defined() && isNeuron(t) && t.numel() > 0;
+    });
+  }
+  return any;
+}
+
 bool readToo(const torch::jit::Stack& stack, size_t begin, size_t n, const at::Tensor& t) {
   int uses = 0;
   for (size_t i = begin; i < begin + n; ++i) {
@@ -1042,6 +1053,24 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     return refuse("no Meta result for these arguments");
   // The Python warning reached the user now; the synchronous path must not repeat it.
   if (verify != nullptr) verify->resizeWarned = metaRanNow && meta->resizeWarnedInPython;
+  // CPU's kernels lay out a zero-element result each their own way (flip
+  // keeps the input's strides, a TensorIterator op makes it contiguous, a
+  // linalg kernel transposes), and a run that writes nothing cannot show
+  // whether the Meta pass agrees: CPU's kernel decides, synchronously.
+  bool anyEmpty = false, allEmpty = true;
+  for (const auto& f : meta->fresh) {
+    if (!f) continue;
+    const bool empty = std::find(f->sizes.begin(), f->sizes.end(), 0) != f->sizes.end();
+    anyEmpty |= empty;
+    allEmpty &= empty;
+  }
+  if (anyEmpty) {
+    // Nothing read, nothing written: the synchronous path need not wait.
+    if (verify != nullptr) {
+      verify->touchesNoData = allEmpty && !anyDeviceData(*stack, begin, numArgs);
+    }
+    return refuse("a zero-element result: its strides are CPU's kernel's choice");
+  }
   int verdict = meta->verdict.load(std::memory_order_acquire);
   std::string kind;  // set when this call must verify its kind of arguments
   if (verdict == MetaResult::kUnverified) {

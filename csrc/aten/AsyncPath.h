@@ -31,6 +31,9 @@ struct AsyncVerify {
   // This call's Meta pass (a Python meta kernel) already warned that an out=
   // tensor was resized: the synchronous path drops CPU's kernel's copy.
   bool resizeWarned = false;
+  // Every device tensor of the call, and every result, has zero elements:
+  // the synchronous path touches no device data and need not wait.
+  bool touchesNoData = false;
   void finish();
   AsyncVerify();
   ~AsyncVerify();

@@ -330,14 +330,15 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   recordOp(info.counters, OpPath::Fallback);
 
   // Synchronous: queued work on the current stream must finish before the
-  // host touches the memory.
+  // host touches the memory (unless the call touches none).
   if (info.dataDependent) {
     noteHostWait(WaitCause::DataDependent, info.name);
-  } else {
+    getCurrentStream(st.device).synchronize();
+  } else if (!verify.touchesNoData) {
     noteHostWait(WaitCause::SyncPath, verify.refusal ? info.name + " (" + verify.refusal + ")"
                                                      : info.name);
+    getCurrentStream(st.device).synchronize();
   }
-  getCurrentStream(st.device).synchronize();
 
   {
     AllocationRedirectGuard redirect(st.device);

@@ -135,6 +135,9 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
     return {};
   }
   if (kind == Kind::Add && !alphaIsSimple(alpha, rtype)) return {};
+  // A zero-element result's strides are TensorIterator's choice (a sliced
+  // input's are not kept): the generic path gives CPU's.
+  if (mode == Mode::Functional && c10::multiply_integers(shape) == 0) return {};
   at::Tensor out;
   if (mode == Mode::Functional) {
     c10::DeviceGuard guard(device);
