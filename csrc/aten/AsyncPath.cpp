@@ -33,6 +33,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/strides.h>
 
 #include <algorithm>
@@ -649,8 +650,7 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
   bool resizedNonEmpty = false;
   for (size_t i = 0; i < writtenMeta.size(); ++i) {
     const auto& before = sizesBefore[i];
-    const bool wasEmpty = std::find(before.begin(), before.end(), 0) != before.end();
-    resizedNonEmpty |= !wasEmpty && writtenMeta[i].sizes().vec() != before;
+    resizedNonEmpty |= c10::multiply_integers(before) != 0 && writtenMeta[i].sizes().vec() != before;
   }
   result->resizeWarnedInPython =
       resizedNonEmpty &&
@@ -884,7 +884,6 @@ bool anyNonContiguousInput(const Plan& plan, const torch::jit::Stack& stack, siz
   return found;
 }
 
-// Whether tensor `t` (a written argument) is passed as another argument too.
 // Whether any argument is a device tensor with elements.
 bool anyDeviceData(const torch::jit::Stack& stack, size_t begin, size_t n) {
   bool any = false;
@@ -896,6 +895,7 @@ bool anyDeviceData(const torch::jit::Stack& stack, size_t begin, size_t n) {
   return any;
 }
 
+// Whether tensor `t` (a written argument) is passed as another argument too.
 bool readToo(const torch::jit::Stack& stack, size_t begin, size_t n, const at::Tensor& t) {
   int uses = 0;
   for (size_t i = begin; i < begin + n; ++i) {
@@ -1060,7 +1060,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   bool anyEmpty = false, allEmpty = true;
   for (const auto& f : meta->fresh) {
     if (!f) continue;
-    const bool empty = std::find(f->sizes.begin(), f->sizes.end(), 0) != f->sizes.end();
+    const bool empty = c10::multiply_integers(f->sizes) == 0;
     anyEmpty |= empty;
     allEmpty &= empty;
   }

@@ -47,12 +47,12 @@ struct AsyncVerify {
 bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   c10::DeviceIndex device, AsyncVerify* verify);
 
-// Turns the asynchronous generic path on or off (on by default); with it off
-// every op without a dedicated kernel runs synchronously. For tests and
-// debugging.
 // "An output with one or more elements was resized ...", in any words.
 bool isResizeWarning(const c10::Warning& w);
 
+// Turns the asynchronous generic path on or off (on by default); with it off
+// every op without a dedicated kernel runs synchronously. For tests and
+// debugging.
 void setAsyncPathEnabled(bool enabled);
 bool asyncPathEnabled();
 

@@ -106,10 +106,9 @@ bool processAlive(int64_t pid) {
 
 }  // namespace
 
-std::unique_ptr<AgreementBoard> AgreementBoard::open(c10d::Store& store,
-                                                     const std::string& keyPrefix, int rank,
-                                                     int size) {
-  const std::string key = "torchneuron/agreement/" + keyPrefix;
+std::unique_ptr<AgreementBoard> AgreementBoard::open(c10d::Store& store, int rank, int size) {
+  // (The group's store: torch prefixes it per group, splits included.)
+  const std::string key = "torchneuron/agreement/";
   const size_t bytes = Layout::bytes(size);
   const bool wanted = backendConfig().dist_shm;
   void* base = nullptr;

@@ -36,8 +36,7 @@ class AgreementBoard {
   // all on one machine, shared memory is unavailable, or
   // TORCHNEURON_DIST_SHM=0 on some rank): the caller then checks through
   // the transport.
-  static std::unique_ptr<AgreementBoard> open(c10d::Store& store, const std::string& keyPrefix,
-                                              int rank, int size);
+  static std::unique_ptr<AgreementBoard> open(c10d::Store& store, int rank, int size);
   ~AgreementBoard();
   AgreementBoard(const AgreementBoard&) = delete;
   AgreementBoard& operator=(const AgreementBoard&) = delete;

@@ -178,7 +178,7 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
               "ProcessGroupNeuron: the transport is rank ", transport_->getRank(), " of ",
               transport_->getSize(), ", expected ", rank, " of ", size);
   if (backendConfig().dist_check && store) {
-    board_ = AgreementBoard::open(*store, "", rank, size);
+    board_ = AgreementBoard::open(*store, rank, size);
   }
 }
 
