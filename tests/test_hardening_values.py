@@ -8,11 +8,14 @@ are queued: both must behave as CPU does.
 import collections
 import io
 import re
+import time
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+import torchneuron
 
 from conftest import LAUNCH_BLOCKING, requires_async
 
@@ -420,7 +423,38 @@ def test_unsupported_dtype_raises_not_implemented_at_the_op():
 ])
 def test_one_hot_checks_as_cpu(args):
     t, n = args
-    check_like_cpu(lambda dev: F.one_hot(t.to(dev), n))
+    f = lambda dev: F.one_hot(t.to(dev), n)  # noqa: E731
+    if n <= 0 or t.dtype != torch.long or t.numel() == 0:
+        check_like_cpu(f)
+        return
+    # With num_classes given the values are checked by the queued kernel, as CUDA's
+    # device-side assert checks them: CPU's message, at the next synchronizing call.
+    expected = outcome(f, torch.device("cpu"))
+    for _ in range(REPEAT):
+        got = outcome(f, N)
+        if expected[0] == "ok":
+            assert got[0] == "ok", got
+            assert_same(expected[1], got[1])
+        else:
+            assert got[0] == "raise" and got[1] is RuntimeError, got
+            assert "kernel 'aten::one_hot' failed" in got[2] and expected[2] in got[2], got
+    assert torch.equal(torch.ones(2, device=N).add(1).cpu(), torch.full((2,), 2.0))
+
+
+@requires_async
+def test_one_hot_with_num_classes_does_not_wait_for_the_device():
+    x = torch.tensor([3, 0, 4, 1] * 256, device=N)
+    F.one_hot(x, 5)
+    torch.neuron.synchronize()
+    torchneuron.clear_host_waits()
+    torch.neuron._sleep(int(0.5e6))
+    t0 = time.perf_counter()
+    y = F.one_hot(x[::3], 5)
+    host = time.perf_counter() - t0
+    assert not torch.neuron.current_stream().query()
+    assert torchneuron.get_host_waits() == []
+    assert host < 0.25
+    assert_same(F.one_hot(x.cpu()[::3], 5), y.cpu())
 
 
 # The warning-only cases: random_'s precision warning comes from the kernel; a

@@ -273,9 +273,17 @@ for _n, _f in {
     "inplace_wrong_dtype": lambda d: torch.zeros(3, dtype=torch.int64, device=d).add_(1.5),
     "bool_sub": lambda d: torch.ones(3, dtype=torch.bool, device=d) - torch.ones(3, dtype=torch.bool, device=d),
     "uint64_add": lambda d: torch.ones(3, dtype=torch.uint64, device=d) + 1,
-    "one_hot_bad": lambda d: torch.nn.functional.one_hot(torch.tensor([5], device=d), 3),
 }.items():
     case(f"copy.{_n}", cpu())(_f)
+
+
+# A class value out of range with num_classes given: checked by the queued kernel
+# (CUDA's device-side assert), so it raises at the next synchronize, with CPU's message.
+@case("copy.one_hot_bad", raises(RuntimeError, "Class values must be smaller than num_classes"))
+def _one_hot_bad(d):
+    out = torch.nn.functional.one_hot(torch.tensor([5], device=d), 3)
+    torch.neuron.synchronize()
+    return out
 
 
 def _overlap(d):
