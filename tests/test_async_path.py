@@ -210,3 +210,36 @@ def test_zero_element_results_have_cpus_strides_without_a_host_wait(name):
     got, want = f(dev[:, ::2, ::2]), f(base[:, ::2, ::2])
     assert got.shape == want.shape and got.stride() == want.stride(), (got.stride(), want.stride())
     assert torchneuron.get_host_waits() == []
+
+
+@requires_async
+def test_layouts_cpus_kernel_chooses_are_learned_without_a_host_wait():
+    """CPU's convolutions keep channels_last inputs channels_last where PyTorch's
+    Meta kernel answers contiguous. The first call of each exact argument layout
+    learns CPU's layouts on scratch memory, so no call waits for the device, a
+    second shape of the same kind included; the values are CPU's."""
+    torch.manual_seed(0)
+    weight = torch.randn(16, 8, 3, 3).to(memory_format=torch.channels_last)
+    bias = torch.randn(16)
+    nweight, nbias = weight.to("neuron"), bias.to("neuron")
+
+    def step(x, grad, w, b):
+        out = torch.ops.aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        grads = torch.ops.aten.convolution_backward(grad, x, w, [16], [1, 1], [1, 1], [1, 1],
+                                                    False, [0, 0], 1, [True, True, True])
+        return (out, *grads)
+
+    for batch in (2, 3):
+        x = torch.randn(batch, 8, 12, 12).to(memory_format=torch.channels_last)
+        grad = torch.randn(batch, 16, 12, 12)
+        nx, ngrad = x.to("neuron"), grad.to("neuron")
+        torch.neuron.synchronize()
+        torchneuron.clear_host_waits()
+        torch.neuron._sleep(300_000)
+        got = step(nx, ngrad, nweight, nbias)
+        assert not torch.neuron.current_stream().query()
+        assert torchneuron.get_host_waits() == []
+        for g, want in zip(got, step(x, grad, weight, bias)):
+            # Values are CPU's; results are contiguous, as FakeTensor predicts for this device.
+            assert g.is_contiguous()
+            assert torch.equal(g.cpu(), want.contiguous())

@@ -315,8 +315,11 @@ struct MetaResult {
   // Whether CPU's kernel agrees with this Meta pass (see VerdictCache).
   mutable std::atomic<int> verdict{kUnverified};
   // kFunctional: the out= overload disagrees but the functional kernel (its
-  // results copied into place) agrees.
-  enum Verdict : int { kUnverified, kAgrees, kFunctional, kDisagrees };
+  // results copied into place) agrees. kLearned, for a kind only: CPU's
+  // functional kernel gives fresh results the Meta shapes in other strides
+  // (a channels_last convolution), so each call's layouts are learned from
+  // CPU's kernel on scratch memory (see learnedLayouts).
+  enum Verdict : int { kUnverified, kAgrees, kFunctional, kDisagrees, kLearned };
 };
 
 namespace {
@@ -812,7 +815,8 @@ struct Kernel {
   // transposed Vh from svd sends a later mm down another BLAS route). Runs
   // the op again, into CPU memory, on copies of its arguments (some schemas
   // do not say what they write: native_batch_norm updates running stats).
-  bool functionalLayoutsMatch(const c10::OperatorHandle& op) const {
+  bool functionalLayoutsMatch(const c10::OperatorHandle& op,
+                              std::vector<std::optional<TensorMeta>>* layouts = nullptr) const {
     at::AutoDispatchBelowADInplaceOrView below;
     torch::jit::Stack s;
     s.reserve(slots.size());
@@ -820,13 +824,18 @@ struct Kernel {
     for (const ArgSlot& slot : slots) s.push_back(copyOf(rebuild(slot, storages)));
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
     size_t f = 0;
+    bool match = true;
     for (size_t r = 0; r < plan->returnArg.size(); ++r) {
       if (plan->returnArg[r] >= 0) continue;
       const auto& o = outs[f++];
       const bool defined = s[r].isTensor() && s[r].toTensor().defined();
-      if (!o ? defined : !defined || !sameLayout(s[r].toTensor(), *o)) return false;
+      if (layouts != nullptr) {
+        layouts->push_back(defined ? std::optional<TensorMeta>(TensorMeta(s[r].toTensor()))
+                                   : std::nullopt);
+      }
+      if (!o ? defined : !defined || !sameLayout(s[r].toTensor(), *o)) match = false;
     }
-    return true;
+    return match;
   }
 
   // run() on the host; false (and its warnings dropped: the synchronous path
@@ -991,33 +1000,79 @@ bool redirectToScratch(Kernel& k, std::vector<at::Tensor>& keep) {
 
 // The verdict for `real`'s kind from a run on scratch memory, or kUnverified
 // when the scratch run cannot tell (see above). Warnings of a conclusive run
-// are the op's argument warnings: passed on.
-int verifyOnScratch(const c10::OperatorHandle& op, const Kernel& real, bool onlyFresh) {
+// are the op's argument warnings: passed on. With `cpuLayouts`, a kDisagrees
+// of an op writing only fresh results also gives the layouts CPU's
+// functional kernel gave them (one entry per fresh result), if it ran.
+int verifyOnScratch(const c10::OperatorHandle& op, const Kernel& real, bool onlyFresh,
+                    std::vector<std::optional<TensorMeta>>* cpuLayouts = nullptr) {
   Kernel k = real;
   std::vector<at::Tensor> keep;
   if (!redirectToScratch(k, keep)) return MetaResult::kUnverified;
   HeldWarnings held;
   int verdict = MetaResult::kUnverified;
+  std::vector<std::optional<TensorMeta>> layouts;
+  auto layoutsMatch = [&] {
+    layouts.clear();
+    return k.functionalLayoutsMatch(op, &layouts);
+  };
   {
     c10::WarningUtils::WarningHandlerGuard guard(&held);
     try {
       if (k.run()) {
-        verdict = !k.viaOut || !onlyFresh || k.functionalLayoutsMatch(op)
+        verdict = !k.viaOut || !onlyFresh || layoutsMatch()
                       ? MetaResult::kAgrees
                       : MetaResult::kDisagrees;  // right values, CPU's strides differ
       } else if (!k.viaOut || !onlyFresh) {
         verdict = MetaResult::kDisagrees;
+        if (onlyFresh && cpuLayouts != nullptr) layoutsMatch();
       } else {
         k.viaOut = false;
         k.target = op;
         verdict = k.run() ? MetaResult::kFunctional : MetaResult::kDisagrees;
+        if (verdict == MetaResult::kDisagrees && cpuLayouts != nullptr) layoutsMatch();
       }
     } catch (const std::exception&) {
       verdict = MetaResult::kUnverified;  // raised on zeros: ask the real data
     }
   }
+  if (verdict == MetaResult::kDisagrees && cpuLayouts != nullptr) *cpuLayouts = std::move(layouts);
   if (verdict != MetaResult::kUnverified) held.replay();
   return verdict;
+}
+
+// Learned layouts. Some CPU kernels give a fresh result the shape and dtype
+// the Meta pass gives, in other strides: they follow their inputs' memory
+// format where the Meta kernel does not (CPU's convolutions keep channels_last
+// inputs channels_last; the Meta kernel answers for the Overrideable backend).
+// Strides are metadata: those CPU's kernel chose on scratch memory are those
+// it chooses for the same arguments on the device. So the call gets a
+// MetaResult with CPU's strides (cached under the call's exact key, verdict
+// kFunctional: CPU's functional kernel runs and its results are copied into
+// place) and its kind is marked kLearned, so other calls of the kind learn
+// theirs on scratch too instead of running synchronously. Null when CPU's
+// results differ in more than strides (the call then runs synchronously).
+std::shared_ptr<MetaResult> learnedLayouts(const MetaResult& meta,
+                                           const std::vector<std::optional<TensorMeta>>& cpu) {
+  if (!meta.written.empty() || cpu.size() != meta.fresh.size()) return nullptr;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const auto& a = cpu[i];
+    const auto& b = meta.fresh[i];
+    if (a.has_value() != b.has_value()) return nullptr;
+    if (a && (a->sizes != b->sizes || a->dtype != b->dtype)) return nullptr;
+  }
+  auto learned = std::make_shared<MetaResult>();
+  learned->fresh = cpu;
+  learned->allFreshDefined = meta.allFreshDefined;
+  learned->warnings = meta.warnings;
+  learned->resizeWarnedInPython = meta.resizeWarnedInPython;
+  learned->verdict.store(MetaResult::kFunctional, std::memory_order_relaxed);
+  return learned;
+}
+
+void cacheMeta(const std::string& key, std::shared_ptr<const MetaResult> meta) {
+  MetaCache& cache = metaCache();
+  std::lock_guard<std::mutex> lk(cache.mu);
+  cache.entries[key] = std::move(meta);
 }
 
 std::atomic<bool> gAsyncEnabled{backendConfig().async_path};
@@ -1081,6 +1136,8 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       auto it = vc.verdicts.find(k);
       if (it != vc.verdicts.end()) verdict = it->second;
     }
+    // A kind whose layouts are learned: this call learns its own.
+    if (verdict == MetaResult::kLearned) verdict = MetaResult::kUnverified;
     if (verdict == MetaResult::kUnverified) {
       kind = std::move(k);
     } else if (p.cacheable) {
@@ -1122,13 +1179,20 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   // Fresh outputs in device memory.
   c10::DeviceGuard guard(c10::Device(kNeuron, device));
   std::vector<at::Tensor> fresh;
-  fresh.reserve(meta->fresh.size());
-  for (const std::optional<TensorMeta>& m : meta->fresh) {
-    fresh.push_back(m ? at::detail::empty_strided_generic(
-                            m->sizes, m->strides, getDeviceAllocator(),
-                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), m->dtype)
-                      : at::Tensor());
-  }
+  std::vector<std::optional<TensorRef>> outs;
+  auto allocateFresh = [&fresh, &outs](const MetaResult& m) {
+    fresh.clear();
+    outs.clear();
+    for (const std::optional<TensorMeta>& f : m.fresh) {
+      fresh.push_back(f ? at::detail::empty_strided_generic(
+                              f->sizes, f->strides, getDeviceAllocator(),
+                              c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), f->dtype)
+                        : at::Tensor());
+      const at::Tensor& t = fresh.back();
+      outs.push_back(t.defined() ? std::optional<TensorRef>(t) : std::nullopt);
+    }
+  };
+  allocateFresh(*meta);
 
   // The random stream is reserved now, in host program order, exactly as
   // the synchronous path does it.
@@ -1140,11 +1204,6 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
 
   // The CPU kernel.
-  std::vector<std::optional<TensorRef>> outs;
-  outs.reserve(fresh.size());
-  for (const at::Tensor& t : fresh) {
-    outs.push_back(t.defined() ? std::optional<TensorRef>(t) : std::nullopt);
-  }
   // out= overloads want every result; undefined ones go through a copy.
   const bool viaOut = plan->outOp.has_value() && meta->allFreshDefined &&
                       verdict != MetaResult::kFunctional &&
@@ -1154,7 +1213,19 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   if (verdict == MetaResult::kUnverified) {
     // The first call with this kind of arguments: verified on scratch memory
     // (no wait), else run inline on the real data, in stream order.
-    int found = verifyOnScratch(op, kernel, /*onlyFresh=*/p.written.empty());
+    std::vector<std::optional<TensorMeta>> cpuLayouts;
+    int found = verifyOnScratch(op, kernel, /*onlyFresh=*/p.written.empty(), &cpuLayouts);
+    bool learned = false;
+    if (found == MetaResult::kDisagrees) {
+      if (std::shared_ptr<MetaResult> l = learnedLayouts(*meta, cpuLayouts)) {
+        allocateFresh(*l);
+        kernel.outs = outs;
+        meta = l;
+        if (p.cacheable) cacheMeta(p.key, meta);
+        found = MetaResult::kFunctional;
+        learned = true;
+      }
+    }
     if (found == MetaResult::kUnverified) {
       noteHostWait(WaitCause::Verification, plan->name);
       getCurrentStream(device).synchronize();
@@ -1168,7 +1239,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
       }
       return refuse("first call of this kind: CPU's kernel does not write the layouts Meta gives");
     }
-    recordVerdict(kind, found);
+    recordVerdict(kind, learned ? MetaResult::kLearned : found);
     if (p.cacheable) meta->verdict.store(found, std::memory_order_release);
     if (found == MetaResult::kFunctional) {
       kernel.viaOut = false;
