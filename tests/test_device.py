@@ -178,3 +178,30 @@ def test_visible_cores_select_devices():
     """, env={"NEURON_RT_NUM_CORES": "3", "NEURON_RT_VISIBLE_CORES": "2"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["1", "2", "6.0"]
+
+
+def test_kernels_compute_with_torchs_thread_count():
+    """Kernels run on executor threads, whose OpenMP thread count is their own:
+    the device carries torch.set_num_threads over to them."""
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2, 1):
+            torch.set_num_threads(n)
+            torch.ones(4, device="neuron").add(1)  # a launch publishes the count
+            assert torchneuron._C._kernel_compute_threads() == n
+    finally:
+        torch.set_num_threads(before)
+    torch.ones(4, device="neuron").add(1)
+    assert torchneuron._C._kernel_compute_threads() == before
+
+
+def test_compute_threads_setting_is_applied():
+    r = run_python("""
+        import torch, torchneuron
+        torch.set_num_threads(2)
+        x = torch.ones(4, device="neuron") + 1
+        print(torchneuron._C._kernel_compute_threads(),
+              torch.neuron.get_device_properties(0).compute_threads, torch.get_num_threads())
+    """, env={"NEURON_RT_COMPUTE_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "1", "2"], r.stdout

@@ -1,6 +1,7 @@
 // Enqueueing host closures as kernels on a neuron stream.
 #pragma once
 
+#include "core/ComputeThreads.h"
 #include "core/KernelWarnings.h"
 #include "core/Runtime.h"
 #include "core/Stream.h"
@@ -66,6 +67,7 @@ struct Closure : DeadClosure {
 template <class F>
 nrtStatus runClosure(void* args) {
   auto* closure = *static_cast<Closure<F>**>(args);
+  applyComputeThreads();
   nrtStatus status = NRT_SUCCESS;
   CollectWarnings collected;
   c10::WarningUtils::WarningHandlerGuard warningGuard(&collected);
@@ -124,6 +126,7 @@ template <class F>
 void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
   using Fn = std::decay_t<F>;
   detail::freeDeadClosures();
+  noteLaunchComputeThreads();
   flushKernelWarnings();  // what earlier work raised, at the latest host call
   auto* heap = new detail::Closure<Fn>(Fn(std::forward<F>(fn)));
   heap->name = work.name;

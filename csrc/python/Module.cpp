@@ -2,6 +2,8 @@
 // that can be reached through torch itself (streams, events, memory stats,
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncPath.h"
+#include "aten/Launch.h"
+#include "core/ComputeThreads.h"
 #include "core/HostWait.h"
 #include "core/KernelWarnings.h"
 #include "aten/Common.h"
@@ -24,7 +26,9 @@ void drainDevicesAtExit() noexcept;  // core/Runtime.cpp
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -182,6 +186,16 @@ PYBIND11_MODULE(_C, m) {
     const int64_t us = microseconds;
     NEURON_CHECK(nrtLaunchKernel(getCurrentStream().handle(), "torchneuron::_sleep", &sleepKernel,
                                  &us, sizeof(us)));
+  });
+  // The intra-op thread count a kernel on the current stream computes with
+  // (ComputeThreads.h): queues one that reads it, waits, returns it.
+  m.def("_kernel_compute_threads", [] {
+    lazyInit();
+    auto seen = std::make_shared<std::atomic<int>>(0);
+    launchOnStream(getCurrentStream(), "torchneuron::_kernel_compute_threads",
+                   [seen] { seen->store(currentComputeThreads()); });
+    getCurrentStream().synchronize();
+    return seen->load();
   });
   m.def("_build_info", [] {
     py::dict d;

@@ -1,0 +1,27 @@
+// The threads a device kernel computes with.
+//
+// Kernels run on the runtime's executor threads and split their work with
+// ATen's intra-op parallelism (OpenMP), whose thread count is a setting of
+// each thread: a thread ATen did not start computes with OpenMP's default
+// (every core), whatever torch.set_num_threads said. So the count is carried
+// from the host to the executor:
+// - NEURON_RT_COMPUTE_THREADS, when set (validated by the runtime), fixes it;
+// - else it follows the launching thread's torch.get_num_threads(), so
+//   torch.set_num_threads (and OMP_NUM_THREADS, torchrun's 1 per process)
+//   bounds the device's compute as it bounds CPU's.
+// Both sides cost a thread-local read and a relaxed atomic per launch.
+#pragma once
+
+namespace torchneuron {
+
+// Host side, at each launch: publishes the launching thread's count.
+void noteLaunchComputeThreads();
+
+// Executor side, before each work item: applies the published count to the
+// executing thread when it changed.
+void applyComputeThreads();
+
+// The count the executing thread computes with (at::get_num_threads()).
+int currentComputeThreads();
+
+}  // namespace torchneuron
