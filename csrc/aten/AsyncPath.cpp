@@ -1053,7 +1053,8 @@ int verifyOnScratch(const c10::OperatorHandle& op, const Kernel& real, bool only
 // results differ in more than strides (the call then runs synchronously).
 std::shared_ptr<MetaResult> learnedLayouts(const MetaResult& meta,
                                            const std::vector<std::optional<TensorMeta>>& cpu) {
-  if (!meta.written.empty() || cpu.size() != meta.fresh.size()) return nullptr;
+  static const bool enabled = backendConfig().learned_layouts;
+  if (!enabled || !meta.written.empty() || cpu.size() != meta.fresh.size()) return nullptr;
   for (size_t i = 0; i < cpu.size(); ++i) {
     const auto& a = cpu[i];
     const auto& b = meta.fresh[i];

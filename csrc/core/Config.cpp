@@ -24,6 +24,7 @@ const BackendConfig& backendConfig() {
   static const BackendConfig config = [] {
     BackendConfig c;
     c.async_path = readBool("TORCHNEURON_ASYNC", c.async_path);
+    c.learned_layouts = readBool("TORCHNEURON_LEARNED_LAYOUTS", c.learned_layouts);
     c.dist_check = readBool("TORCHNEURON_DIST_CHECK", c.dist_check);
     c.dist_shm = readBool("TORCHNEURON_DIST_SHM", c.dist_shm);
     return c;

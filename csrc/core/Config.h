@@ -22,6 +22,8 @@ namespace torchneuron {
 
 struct BackendConfig {
   bool async_path = true;
+  // TORCHNEURON_LEARNED_LAYOUTS=0: no learned layouts (AsyncPath.cpp); such calls run synchronously.
+  bool learned_layouts = true;
   bool dist_check = true;
   bool dist_shm = true;
 };
