@@ -23,9 +23,16 @@ int configuredThreads() {
 
 std::atomic<int> gWanted{0};  // 0: nothing launched yet
 
+// A thread that launches work is the user's: its count is torch's to set.
+// (Under NEURON_LAUNCH_BLOCKING=1 the runtime runs work on the launching
+// thread; the kernel then computes with that thread's own count, and
+// applying would change torch.get_num_threads() behind the user's back.)
+thread_local bool tLaunches = false;
+
 }  // namespace
 
 void noteLaunchComputeThreads() {
+  tLaunches = true;
   const int configured = configuredThreads();
   const int n = configured > 0 ? configured : omp_get_max_threads();
   if (gWanted.load(std::memory_order_relaxed) != n) gWanted.store(n, std::memory_order_relaxed);
@@ -34,7 +41,7 @@ void noteLaunchComputeThreads() {
 void applyComputeThreads() {
   thread_local int applied = 0;
   const int want = gWanted.load(std::memory_order_relaxed);
-  if (want <= 0 || want == applied) return;
+  if (want <= 0 || want == applied || tLaunches) return;
   // ATen sets a thread's count itself at its first parallel call on it
   // (at::internal::lazy_init_num_threads): made to happen first, so that it
   // cannot undo this one later.

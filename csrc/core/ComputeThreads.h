@@ -10,6 +10,8 @@
 //   torch.set_num_threads (and OMP_NUM_THREADS, torchrun's 1 per process)
 //   bounds the device's compute as it bounds CPU's.
 // Both sides cost a thread-local read and a relaxed atomic per launch.
+// Work run on a launching thread (NEURON_LAUNCH_BLOCKING=1) keeps that
+// thread's own count: torch's setting is never changed.
 #pragma once
 
 namespace torchneuron {
