@@ -98,14 +98,38 @@ def test_collective_follows_stream_order_without_host_wait(collectives):
         assert "c10d::allreduce" in r["profiled"], r["profiled"]
 
 
+@plain_pass_only
+def test_shared_memory_data_path_matches_gloo_on_cpu():
+    # Both ranks on this machine: all-reduce, broadcast, all-gather (tensor,
+    # in place, list) and reduce-scatter move their data through shared
+    # memory, over sizes of several staging chunks plus a partial one.
+    results = run_ranks("collectives", "shm_data", timeout=300)
+    check_pairs(results, minimum=90)
+    for r in results:
+        assert r["data_path"] == "shared memory"
+        assert r["carried"] == 59, r["carried"]  # every collective of the worker went that way
+
+
+@plain_pass_only
+def test_transport_data_path_when_shared_memory_is_off():
+    results = run_ranks("collectives", "shm_data", timeout=300, env={"TORCHNEURON_DIST_SHM": "0"})
+    check_pairs(results, minimum=90)
+    for r in results:
+        assert r["data_path"] == "transport" and r["carried"] == 0
+
+
 def _check_mismatch_results(results, path):
     check_pairs(results, minimum=2)
     for rank, r in enumerate(results):
         assert r["agreement"] == path, (rank, r["agreement"])
-        for name in ("all_reduce-sizes", "all_reduce-dtypes", "broadcast-roots",
-                     "all_gather_into_tensor-sizes"):
+        for name, op in (("all_reduce-sizes", "allreduce"), ("all_reduce-dtypes", "allreduce"),
+                         ("broadcast-roots", "broadcast"),
+                         ("all_gather_into_tensor-sizes", "all_gather_into_tensor")):
             assert r[name] is not None, f"rank {rank}: {name} raised nothing"
-            assert "called it with different arguments" in r[name], r[name]
+            # Each failure is reported once, at its own collective (its Work or
+            # the next synchronize), never again at a later call.
+            assert r[name].count("called it with different arguments") == 1, r[name]
+            assert f"c10d::{op} on neuron" in r[name], (name, r[name])
 
 
 @plain_pass_only
@@ -134,13 +158,18 @@ def test_distributed_debug_detail_wraps_the_backend():
 
 @plain_pass_only
 @pytest.mark.parametrize("case,within", [("dead_peer", 5.0), ("hung_peer", 9.0)])
-def test_failed_peer_raises_within_timeout_naming_the_collective(case, within):
-    (r, _) = run_ranks("collectives", case, timeout=120, expect_failure={1})
+@pytest.mark.parametrize("check", ["on", "off"])
+def test_failed_peer_raises_within_timeout_naming_the_collective(case, within, check):
+    # With the agreement check on, rank 0 waits in the board's slots
+    # (AgreementBoard.h); with it off, in the data transport's steps
+    # (SharedMemoryTransport.h). Either wait must notice.
+    env = {} if check == "on" else {"TORCHNEURON_DIST_CHECK": "0"}
+    (r, _) = run_ranks("collectives", case, timeout=120, expect_failure={1}, env=env)
     assert r["error"] is not None, "no error raised"
     assert "c10d::allreduce" in r["error"], r["error"]
     assert r["seconds"] < within, r["seconds"]
     assert r["device_ok"]
-    assert r["agreement"] == "shared memory"  # the board's own waits (AgreementBoard.h)
+    assert r["agreement"] == ("shared memory" if check == "on" else "off")
 
 
 @plain_pass_only

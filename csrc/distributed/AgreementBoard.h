@@ -16,6 +16,8 @@
 // one whose process has exited makes it raise at once, naming the rank.
 #pragma once
 
+#include "distributed/SharedSegment.h"
+
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -48,14 +50,12 @@ class AgreementBoard {
                 std::vector<int64_t>& lo, std::chrono::milliseconds timeout);
 
  private:
-  struct Layout;
-  AgreementBoard(void* base, size_t bytes, int rank, int size);
-  void waitFor(int peer, uint64_t seq, const char* op, std::chrono::milliseconds timeout);
+  struct Slot;
+  struct Area;
+  explicit AgreementBoard(std::unique_ptr<SharedSegment> segment);
+  Area* area(int rank) const;
 
-  void* base_;
-  size_t bytes_;
-  int rank_;
-  int size_;
+  std::unique_ptr<SharedSegment> segment_;
   std::mutex mu_;     // one check at a time per rank
   uint64_t seq_ = 0;  // checks published by this rank
 };

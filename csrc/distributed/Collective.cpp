@@ -43,13 +43,23 @@ WorkDesc describe(const char* name, const Collective& c) {
   return work;
 }
 
-// The failure a collective's item raises: names the collective and the rank.
-[[noreturn]] void raiseFailure(const Collective& c, const char* stage, const std::string& what,
-                               CollectiveState& state) {
+// A collective's failure: names the collective and the rank; the Work
+// raises it (NeuronWork::wait).
+std::string recordFailure(const Collective& c, const char* stage, const std::string& what,
+                          CollectiveState& state) {
   std::string msg = c10::str(c.name, " on neuron:", static_cast<int>(c.device), " (rank ", c.rank,
                              ") failed while ", stage, ": ", what);
   state.fail(std::make_exception_ptr(c10::DistBackendError({__func__, __FILE__, __LINE__}, msg)));
-  TORCH_CHECK(false, msg);
+  return msg;
+}
+
+// The failure as the finish item's kernel failure too: the stream reports it
+// (once) at the next synchronizing call, as a device error would be. Every
+// failure of a collective surfaces on the finish stream, before its end
+// event, so that waiting for that event claims it (NeuronWork::synchronize).
+[[noreturn]] void raiseFailure(const Collective& c, const char* stage, const std::string& what,
+                               CollectiveState& state) {
+  TORCH_CHECK(false, recordFailure(c, stage, what, state));
 }
 
 std::string describeException(std::exception_ptr e) {
@@ -130,7 +140,8 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
       std::lock_guard<std::mutex> lock(state->mu);
       state->transport = std::move(w);
     } catch (...) {
-      raiseFailure(*info, "starting", describeException(std::current_exception()), *state);
+      // Reported by the finish item, on the finish stream (raiseFailure).
+      recordFailure(*info, "starting", describeException(std::current_exception()), *state);
     }
   });
 
@@ -147,7 +158,11 @@ c10::intrusive_ptr<NeuronWork> launchCollective(const CollectiveStreams& streams
         std::lock_guard<std::mutex> lock(state->mu);
         transport = state->transport;
       }
-      if (!transport) return;  // the start item failed and said so
+      if (!transport) {  // the start item failed: its failure is this item's
+        auto failure = state->failure();
+        TORCH_CHECK(failure == nullptr, describeException(failure));
+        return;
+      }
       try {
         transport->wait();
         if (finish) finish();

@@ -76,7 +76,15 @@ void NeuronWork::blockCurrentStream() {
 }
 
 void NeuronWork::synchronize() {
-  raiseIfFailed();
+  if (exception()) {
+    // The failure is also the finish stream's kernel failure (Collective.cpp):
+    // claim it there so that it is reported once, here, and not again at the
+    // next synchronizing call. Should the stream have reported it already,
+    // the Work still says it failed.
+    noteHostWait(WaitCause::Synchronize, name_);
+    end_.synchronize();
+    raiseIfFailed();
+  }
   blockCurrentStream();
 }
 

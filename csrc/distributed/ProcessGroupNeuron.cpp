@@ -167,6 +167,30 @@ std::optional<Signature> agreementSignature(const Collective& c) {
   }
 }
 
+// The transport's work for an operation done in the start item already.
+class DoneWork : public c10d::Work {
+ public:
+  DoneWork() : c10d::Work(-1, c10d::OpType::UNKNOWN) {}
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds) override { return true; }
+};
+
+c10::intrusive_ptr<c10d::Work> done() { return c10::make_intrusive<DoneWork>(); }
+
+// The bytes a dense tensor occupies.
+std::pair<const char*, const char*> span(const at::Tensor& t) {
+  const char* p = static_cast<const char*>(t.const_data_ptr());
+  return {p, p + t.numel() * t.element_size()};
+}
+
+// Whether writing `out` chunk by chunk can clobber bytes of `in` not yet
+// read: only an exact alias (in place) or disjoint memory is safe.
+bool safeToStage(const at::Tensor& in, const at::Tensor& out) {
+  const auto a = span(in), b = span(out);
+  return a == b || a.second <= b.first || b.second <= a.first;
+}
+
 }  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank,
@@ -180,6 +204,17 @@ ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transpo
   if (backendConfig().dist_check && store) {
     board_ = AgreementBoard::open(*store, rank, size);
   }
+  if (store) shm_ = SharedMemoryTransport::open(*store, rank, size);
+}
+
+std::shared_ptr<SharedMemoryTransport> ProcessGroupNeuron::shmFor(
+    const std::vector<at::Tensor>& tensors, std::optional<c10d::ReduceOp::RedOpType> op) const {
+  if (!shm_) return nullptr;
+  for (const auto& t : tensors) {
+    if (!t.is_contiguous()) return nullptr;  // channels_last and the like: Gloo's own handling
+    if (op && !shm_->reducesLikeTransport(*op, t.scalar_type())) return nullptr;
+  }
+  return shm_;
 }
 
 std::string ProcessGroupNeuron::agreementPath() const {
@@ -289,6 +324,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::broadcast(std::vector<at::Ten
   auto views = hostViews(tensors);
   Collective c{"c10d::broadcast", OpType::BROADCAST, 0, *device, tensors, tensors};
   c.root = opts.rootRank;
+  if (auto shm = shmFor(tensors)) {
+    return launch(std::move(c), [shm, views, root = static_cast<int>(opts.rootRank),
+                                 timeout = timeout(), name = c.name] {
+      shm->broadcast(name, views, root, timeout);
+      return done();
+    });
+  }
   return launch(std::move(c),
                 [t = transport_, views, opts]() mutable { return t->broadcast(views, opts); });
 }
@@ -303,13 +345,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
   auto views = hostViews(tensors);
   auto o = opts;
   o.reduceOp = plan.transportOp;
-  return launch(
-      std::move(c),
-      [t = transport_, views, o, plan]() mutable {
-        plan.scaleInPlace(views);
-        return t->allreduce(views, o);
-      },
-      [views, by = plan.divideBy] { divideAll(views, by); });
+  StartFn start = [t = transport_, views, o, plan]() mutable {
+    plan.scaleInPlace(views);
+    return t->allreduce(views, o);
+  };
+  if (auto shm = shmFor(tensors, plan.transportOp.op_)) {
+    start = [shm, views, op = plan.transportOp.op_, plan, timeout = timeout(), name = c.name] {
+      plan.scaleInPlace(views);
+      shm->allreduce(name, views, op, timeout);
+      return done();
+    };
+  }
+  return launch(std::move(c), std::move(start),
+                [views, by = plan.divideBy] { divideAll(views, by); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
@@ -324,13 +372,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
   auto views = hostViews(tensors);
   auto o = opts;
   o.reduceOp = plan.transportOp;
-  return launch(
-      std::move(c),
-      [t = transport_, views, o, plan]() mutable {
-        plan.scaleInPlace(views);
-        return t->allreduce_coalesced(views, o);
-      },
-      [views, by = plan.divideBy] { divideAll(views, by); });
+  StartFn start = [t = transport_, views, o, plan]() mutable {
+    plan.scaleInPlace(views);
+    return t->allreduce_coalesced(views, o);
+  };
+  if (auto shm = shmFor(tensors, plan.transportOp.op_)) {
+    start = [shm, views, op = plan.transportOp.op_, plan, timeout = timeout(), name = c.name] {
+      plan.scaleInPlace(views);
+      shm->allreduce(name, views, op, timeout);
+      return done();
+    };
+  }
+  return launch(std::move(c), std::move(start),
+                [views, by = plan.divideBy] { divideAll(views, by); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce(std::vector<at::Tensor>& tensors,
@@ -361,7 +415,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allgather(
   if (!device) return onHost("c10d::allgather/cpu", [=, t = transport_]() mutable { return t->allgather(outputs, inputs, opts); });
   auto in = hostViews(inputs);
   auto out = hostViews(outputs);
-  return launch({"c10d::allgather", OpType::ALLGATHER, 0, *device, inputs, flatten(outputs)},
+  Collective c{"c10d::allgather", OpType::ALLGATHER, 0, *device, inputs, flatten(outputs)};
+  if (inputs.size() == 1 && outputs.size() == 1 &&
+      static_cast<int>(outputs[0].size()) == getSize()) {
+    bool shapesMatch = true;
+    for (const auto& o : outputs[0]) {
+      shapesMatch = shapesMatch && o.numel() == inputs[0].numel() &&
+                    o.scalar_type() == inputs[0].scalar_type() && safeToStage(inputs[0], o);
+    }
+    auto shm = shapesMatch ? shmFor(flatten({inputs, outputs[0]})) : nullptr;
+    if (shm) {
+      return launch(std::move(c), [shm, in = in[0], out = out[0], timeout = timeout(),
+                                   name = c.name] {
+        shm->allgather(name, in, out, timeout);
+        return done();
+      });
+    }
+  }
+  return launch(std::move(c),
                 [t = transport_, in, out, opts]() mutable { return t->allgather(out, in, opts); });
 }
 
@@ -378,6 +449,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_allgather_base(
               " and ", input.scalar_type(), ")");
   auto in = hostView(input);
   auto out = hostView(output);
+  if (auto shm = shmFor({input, output})) {
+    // Rank r's part of the output; the input may be this rank's part (FSDP2 gathers in place).
+    const auto parts = out.reshape({-1}).chunk(getSize());
+    bool safe = static_cast<int>(parts.size()) == getSize();
+    for (const auto& p : parts) safe = safe && safeToStage(in, p);
+    if (safe) {
+      return launch({"c10d::all_gather_into_tensor", OpType::_ALLGATHER_BASE, 0, *device, ins, outs},
+                    [shm, in, parts, timeout = timeout()] {
+                      shm->allgather("c10d::all_gather_into_tensor", in.reshape({-1}), parts,
+                                     timeout);
+                      return done();
+                    });
+    }
+  }
   return launch({"c10d::all_gather_into_tensor", OpType::_ALLGATHER_BASE, 0, *device, ins, outs},
                 [t = transport_, in, out, opts]() mutable {
                   return t->_allgather_base(out, in, opts);
@@ -491,13 +576,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::_reduce_scatter_base(
   auto out = hostView(output);
   auto o = opts;
   o.reduceOp = plan.transportOp;
-  return launch(
-      std::move(c),
-      [t = transport_, in, src, out, o, plan]() mutable {
+  StartFn start = [t = transport_, in, src, out, o, plan]() mutable {
+    if (plan.premul) at::mul_out(src, in, plan.premulFactor());
+    return t->_reduce_scatter_base(out, src, o);
+  };
+  if (auto shm = shmFor({input, output}, plan.transportOp.op_)) {
+    // Rank r's part of the input; the output may be this rank's part (in place).
+    const auto parts = src.reshape({-1}).chunk(getSize());
+    bool safe = static_cast<int>(parts.size()) == getSize();
+    for (const auto& p : parts) safe = safe && safeToStage(p, out);
+    if (safe) {
+      start = [shm, in, src, parts, out, op = plan.transportOp.op_, plan, timeout = timeout()]() mutable {
         if (plan.premul) at::mul_out(src, in, plan.premulFactor());
-        return t->_reduce_scatter_base(out, src, o);
-      },
-      [out, by = plan.divideBy] { divideAll({out}, by); });
+        shm->reduceScatter("c10d::reduce_scatter_tensor", parts, out.reshape({-1}), op, timeout);
+        return done();
+      };
+    }
+  }
+  return launch(std::move(c), std::move(start),
+                [out, by = plan.divideBy] { divideAll({out}, by); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::reduce_scatter_tensor_coalesced(

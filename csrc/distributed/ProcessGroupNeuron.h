@@ -7,6 +7,11 @@
 // host buffers here) and run as device work in stream order (Collective.h).
 // CPU tensors go to Gloo directly, so "neuron" alone serves both devices.
 //
+// Between processes on one machine the data of the common collectives
+// (all-reduce, broadcast, all-gather, reduce-scatter) goes through shared
+// memory instead (SharedMemoryTransport.h), wherever the result is Gloo's bit
+// for bit; the rest, and groups spanning machines, go through Gloo.
+//
 // What Gloo cannot reduce is done on the device around it: ReduceOp.AVG is
 // SUM then a division by the group size, PREMUL_SUM scales each input by its
 // factor before a SUM (as NCCL defines it).
@@ -14,6 +19,7 @@
 
 #include "distributed/AgreementBoard.h"
 #include "distributed/Collective.h"
+#include "distributed/SharedMemoryTransport.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -22,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace torchneuron::distributed {
@@ -43,6 +50,11 @@ class ProcessGroupNeuron : public c10d::Backend {
   const c10::intrusive_ptr<c10d::Backend>& transport() const { return transport_; }
   // How the ranks check their arguments agree: "shared memory", "transport" or "off".
   std::string agreementPath() const;
+  // How collectives' data moves between the ranks: "shared memory" (where it
+  // can, else Gloo) or "transport" (always Gloo).
+  std::string dataPath() const { return shm_ ? "shared memory" : "transport"; }
+  // Collectives whose data went through shared memory so far.
+  uint64_t sharedMemoryCollectives() const { return shm_ ? shm_->carried() : 0; }
 
   // split_group (and DeviceMesh, which splits when it can): the transport
   // splits, and the part this rank is in gets a neuron backend of its own.
@@ -123,9 +135,16 @@ class ProcessGroupNeuron : public c10d::Backend {
   // A CPU-tensor call: handed to the transport, in order with this group's
   // queued device collectives.
   c10::intrusive_ptr<c10d::Work> onHost(const char* name, StartFn call);
+  // The shared-memory transport, if it may carry a collective with these
+  // tensors (dense, row-major) reduced with `op` (nullopt: a copy).
+  std::shared_ptr<SharedMemoryTransport> shmFor(
+      const std::vector<at::Tensor>& tensors,
+      std::optional<c10d::ReduceOp::RedOpType> op = std::nullopt) const;
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_.load()); }
 
   c10::intrusive_ptr<c10d::Backend> transport_;
   std::shared_ptr<AgreementBoard> board_;  // null: agree through the transport
+  std::shared_ptr<SharedMemoryTransport> shm_;  // null: all data through the transport
   std::atomic<int64_t> timeout_;           // ms: the agreement's wait on a board
   std::atomic<uint64_t> calls_{0};         // getSequenceNumberForGroup
   std::mutex mu_;

@@ -34,7 +34,15 @@ void registerDistributedBindings(py::module& m) {
         .def_property_readonly("transport", &ProcessGroupNeuron::transport)
         .def_property_readonly("agreement", &ProcessGroupNeuron::agreementPath,
                                "How the ranks check a collective's arguments agree: 'shared "
-                               "memory', 'transport' or 'off' (TORCHNEURON_DIST_CHECK=0).");
+                               "memory', 'transport' or 'off' (TORCHNEURON_DIST_CHECK=0).")
+        .def_property_readonly("data_path", &ProcessGroupNeuron::dataPath,
+                               "How collectives' data moves between the ranks: 'shared memory' "
+                               "(all ranks on this machine; the collectives it carries bit for "
+                               "bit as Gloo, the rest through Gloo) or 'transport' (Gloo).")
+        .def_property_readonly("shared_memory_collectives",
+                               &ProcessGroupNeuron::sharedMemoryCollectives,
+                               "How many collectives of this group moved their data through "
+                               "shared memory so far (started on the device).");
   });
 }
 

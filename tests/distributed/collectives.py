@@ -400,6 +400,75 @@ def mismatch():
     return out
 
 
+def shm_data():
+    """Collectives whose data goes through shared memory (both ranks on this
+    machine), at sizes that take several staging chunks and end in a partial
+    one, against Gloo on CPU tensors, bit for bit."""
+    rank, world = setup()
+    out = {"data_path": dist.group.WORLD._get_backend(torch.device("neuron")).data_path}
+    chunk = 1 << 20  # SharedMemoryTransport::kChunkBytes
+    for dtype in (torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.int8):
+        n = 2 * chunk // torch.empty((), dtype=dtype).element_size() + 1237
+        ops = [R.SUM, R.PRODUCT] + ([R.MIN, R.MAX, R.BXOR] if not dtype.is_floating_point else [])
+        for op in ops:
+            def ar(t, op=op):
+                dist.all_reduce(t, op=op)
+                return t
+            out[f"all_reduce-{op}-{dtype}"] = both(ar, data((n,), dtype, rank, small=op == R.PRODUCT))
+        if dtype.is_floating_point:
+            def avg(t):
+                dist.all_reduce(t, op=R.SUM)
+                return t / world
+            got = data((n,), dtype, rank).to("neuron")
+            dist.all_reduce(got, op=R.AVG)
+            out[f"all_reduce-avg-{dtype}"] = (got.cpu(), avg(data((n,), dtype, rank)))
+
+        def bc(t):
+            dist.broadcast(t, src=1)
+            return t
+        out[f"broadcast-{dtype}"] = both(bc, data((n,), dtype, rank, salt=1))
+
+        def ag(t):
+            o = torch.empty(world * n, dtype=dtype, device=t.device)
+            dist.all_gather_into_tensor(o, t)
+            return o
+        out[f"all_gather_into_tensor-{dtype}"] = both(ag, data((n,), dtype, rank, salt=2))
+
+        def ag_in_place(t):
+            # FSDP2's way: the input is this rank's part of the output.
+            o = torch.zeros(world * n, dtype=dtype, device=t.device)
+            part = o[rank * n:(rank + 1) * n]
+            part.copy_(t)
+            dist.all_gather_into_tensor(o, part)
+            return o
+        out[f"all_gather_into_tensor-in_place-{dtype}"] = both(ag_in_place, data((n,), dtype, rank, salt=3))
+
+        def ag_list(t):
+            outs = [torch.empty_like(t) for _ in range(world)]
+            dist.all_gather(outs, t)
+            return outs
+        out[f"all_gather-{dtype}"] = both(ag_list, data((n,), dtype, rank, salt=4))
+
+        def rs(t):
+            o = torch.empty(n, dtype=dtype, device=t.device)
+            dist.reduce_scatter_tensor(o, t)
+            return o
+        out[f"reduce_scatter_tensor-{dtype}"] = both(rs, data((world * n,), dtype, rank, salt=5))
+
+        # Several tensors, queued back to back: every chunk of every one in step.
+        def many(t):
+            parts = list(t.split([7, n, 3 * n // 2]))
+            works = [dist.all_reduce(p, async_op=True) for p in parts]
+            for w in works:
+                w.wait()
+            return parts
+        out[f"all_reduce-many-{dtype}"] = both(many, data((7 + n + 3 * n // 2,), dtype, rank, salt=6))
+    torch.neuron.synchronize()
+    out["carried"] = dist.group.WORLD._get_backend(torch.device("neuron")).shared_memory_collectives
+    dist.destroy_process_group()
+    return out
+
+
 def agreement_path():
     """How the default group's neuron backend checks agreement."""
     return dist.group.WORLD._get_backend(torch.device("neuron")).agreement
