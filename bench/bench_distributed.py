@@ -5,9 +5,10 @@
 
 Starts 2 ranks itself (torchrun's environment, one process each, loopback) in
 one group "cpu:gloo,neuron:neuron": the same collective runs on neuron
-tensors (the neuron backend: a device work item that hands Gloo zero-copy
-views) and on CPU tensors (Gloo itself), alternating, so both see the same
-machine load. Reports, rank 0:
+tensors (the neuron backend: device work items that move the data through
+shared memory, both ranks being on this machine, or with TORCHNEURON_DIST_SHM=0
+hand Gloo zero-copy views) and on CPU tensors (Gloo itself), alternating, so
+both see the same machine load. Reports, rank 0:
   * all_reduce and all_gather_into_tensor bandwidth (bytes per rank / time,
     median of repeats) for 4 KiB ... 64 MiB, neuron / CPU ratio (target >= 0.9);
   * a DDP training step (forward, backward with bucketed all-reduce, AdamW)
@@ -62,7 +63,8 @@ def collectives(args, rank, say):
     sizes = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20] if args.quick else \
         [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
     neuron_backend = dist.group.WORLD._get_backend(torch.device("neuron"))
-    say(f"agreement check before each neuron collective: {neuron_backend.agreement}")
+    say(f"agreement check before each neuron collective: {neuron_backend.agreement}; "
+        f"data: {neuron_backend.data_path}")
     say(f"{'op':<24}{'bytes':>10}{'neuron GB/s':>14}{'cpu GB/s':>12}{'ratio':>8}")
     ratios = []
     for op in ("all_reduce", "all_gather_into_tensor"):
