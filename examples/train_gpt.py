@@ -2,10 +2,12 @@
 
 Both runs start from the same weights and see the same batches; the script
 prints the two loss series and tokens/s, says whether they match bit for
-bit, saves a plot of the two curves, then continues training on `neuron`
-with dropout on and generates a short text sample there. With --compile it
+bit, continues training on `neuron` with dropout on, and generates a short
+text sample there. With --compile it
 also trains the model under torch.compile (Inductor) on both devices and
-compares the compiled runs (neuron-compiled against CPU-compiled).
+compares the compiled runs (neuron-compiled against CPU-compiled). It ends
+with a throughput summary and saves one plot (out/loss_curves.png): the two
+loss curves and the two devices' tokens/s, eager and compiled.
 
     python examples/train_gpt.py --compile  (make demo runs this)
     python examples/train_gpt.py --steps 50 --device2 cpu   (a quick CPU-only check)
@@ -181,10 +183,12 @@ def compare_compiled(init, chars, data, args):
     # (tests/test_compile.py): the compiled runs agree to rounding, not bits.
     print(f"compiled loss series: max relative difference {worst:.3g} "
           f"({'bitwise equal' if dev == ref else 'within 1e-4' if worst <= 1e-4 else 'DIFFER'})")
-    return worst <= 1e-4
+    return worst <= 1e-4, (ref_tps, dev_tps)
 
 
-def plot(cpu_losses, dev_losses, device, path):
+def plot(ref_losses, dev_losses, devices, throughput, path):
+    """Loss curves of both devices (left) and their training throughput
+    (right: tokens/s per run, eager and compiled when it ran), one figure."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -192,13 +196,28 @@ def plot(cpu_losses, dev_losses, device, path):
     except ImportError:
         print("matplotlib is not installed: no plot")
         return
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(cpu_losses, label="cpu", linewidth=2.5, alpha=0.6)
-    ax.plot(dev_losses, label=device, linewidth=1.0, linestyle="--")
+    ref, dev = devices
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 2]})
+    ax.plot(ref_losses, label=ref, linewidth=2.5, alpha=0.6)
+    ax.plot(dev_losses, label=dev, linewidth=1.0, linestyle="--")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
-    ax.set_title("Char-level GPT on Shakespeare: cpu vs " + device)
+    ax.set_title(f"Char-level GPT on Shakespeare: {ref} vs {dev}")
     ax.legend()
+    runs = list(throughput)
+    width = 0.38
+    for i, (name, offset) in enumerate(((ref, -width / 2), (dev, width / 2))):
+        values = [throughput[r][i] for r in runs]
+        bars = bx.bar([k + offset for k in range(len(runs))], values, width, label=name)
+        bx.bar_label(bars, labels=[f"{v:,.0f}" for v in values], fontsize=8)
+    for k, r in enumerate(runs):
+        ratio = throughput[r][1] / throughput[r][0]
+        bx.annotate(f"{ratio:.2f}x", (k, 0), xytext=(0, -28), textcoords="offset points",
+                    ha="center", fontsize=9)
+    bx.set_xticks(range(len(runs)), runs)
+    bx.set_ylabel("tokens/s")
+    bx.set_title(f"training throughput ({dev} / {ref} below)")
+    bx.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"saved plot: {os.path.relpath(path)}")
@@ -259,8 +278,7 @@ def main():
     print(f"loss series {'MATCH bit for bit' if identical else 'DIFFER'} "
           f"(max |diff| {diff:.3g}); final parameters {'identical' if params_equal else 'differ'}")
 
-    os.makedirs(args.out, exist_ok=True)
-    plot(ref_losses, dev_losses, args.device, os.path.join(args.out, "loss_curves.png"))
+    throughput = {"eager": (ref_tps, dev_tps)}
 
     if args.dropout_steps:
         dev_model.set_dropout(args.dropout)
@@ -269,7 +287,16 @@ def main():
               f"{args.dropout_steps} steps ...")
         more, _ = train(dev_model, args.device, data, args, args.dropout_steps, args.seed + 1)
         print(f"loss {more[0]:.4f} -> {more[-1]:.4f}")
-    compiled_ok = compare_compiled(init, chars, data, args) if args.compile else True
+    compiled_ok = True
+    if args.compile:
+        compiled_ok, compiled_tps = compare_compiled(init, chars, data, args)
+        throughput["compiled"] = compiled_tps
+    print("\nthroughput summary (tokens/s, " + f"{args.device} / {args.device2}):")
+    for run, (r, d) in throughput.items():
+        print(f"  {run:<9} {args.device2} {r:>9,.0f}   {args.device} {d:>9,.0f}   {d / r:.2f}x")
+    os.makedirs(args.out, exist_ok=True)
+    plot(ref_losses, dev_losses, (args.device2, args.device), throughput,
+         os.path.join(args.out, "loss_curves.png"))
     dev_model.eval()
     g = torch.Generator(device=args.device).manual_seed(args.seed)
     prompt = torch.tensor([[chars.index(c) for c in "HAMLET:\n"]], device=args.device)
