@@ -87,6 +87,7 @@ void Executor::attach(Stream* s, nrtStream_t handle, int priority) {
   s->resumeRequested = false;
   s->enqueued = 0;
   s->completed.store(0, std::memory_order_relaxed);
+  s->wakeAt.store(UINT64_MAX, std::memory_order_relaxed);
   s->error.reset();
   streams_.push_back(s);
 }
@@ -96,9 +97,9 @@ void Executor::detach(Stream* s) {
   std::unique_lock<std::mutex> lk(mu_);
   // The worker counts a task done before its last look at the stream; the
   // stream object is reused after this, so wait until no worker holds it.
-  doneWaiters_.fetch_add(1);
+  detachWaiters_.fetch_add(1);
   while (s->state == Stream::kRunning) doneCv_.wait_for(lk, std::chrono::milliseconds(1));
-  doneWaiters_.fetch_sub(1);
+  detachWaiters_.fetch_sub(1);
   for (auto& p : streams_) {
     if (p == s) {
       p = streams_.back();
@@ -109,11 +110,16 @@ void Executor::detach(Stream* s) {
   s->error.reset();
 }
 
-void Executor::makeReadyLocked(Stream* s) {
+void Executor::makeReadyLocked(Stream* s, bool wake) {
   s->state = Stream::kReady;
   ready_[s->level].push_back(s);
   readyCount_.fetch_add(1, std::memory_order_release);
-  if (sleepingWorkers_) workCv_.notify_one();
+  // A polling worker sees readyCount_ (and re-checks under our lock before it
+  // sleeps). Waking another worker instead would move the stream's kernels
+  // to a thread whose compute team is cold, for a futex round trip.
+  if (wake && sleepingWorkers_ && !spinning_.load(std::memory_order_acquire)) {
+    workCv_.notify_one();
+  }
 }
 
 Stream* Executor::popReadyLocked() {
@@ -129,8 +135,19 @@ Stream* Executor::popReadyLocked() {
 }
 
 void Executor::completeOneLocked(Stream* s) {
-  s->completed.fetch_add(1);
-  if (doneWaiters_.load() > 0) doneCv_.notify_all();
+  wakeWaiters(s, s->completed.fetch_add(1) + 1, /*locked=*/true);
+}
+
+void Executor::wakeWaiters(Stream* s, uint64_t done, bool locked) {
+  // seq_cst, paired with wait(): it publishes wakeAt, then reads completed;
+  // we published completed, then read wakeAt: one of us sees the other.
+  if (doneWaiters_.load() == 0 || done < s->wakeAt.load()) return;
+  s->wakeAt.store(UINT64_MAX);  // waiters for later targets lower it again
+  if (locked) {
+    doneCv_.notify_all();
+  } else {
+    notifyDone();
+  }
 }
 
 void Executor::enqueue(Stream* s, Task&& t) {
@@ -209,9 +226,9 @@ void Executor::workerLoop() {
           std::vector<Stream*> wake;
           {
             std::lock_guard<std::mutex> g(mu_);
-            s->completed.fetch_add(1);
+            const uint64_t done = s->completed.fetch_add(1) + 1;
             wake = t.event->complete(t.generation, errorBefore);
-            if (doneWaiters_.load() > 0) doneCv_.notify_all();
+            wakeWaiters(s, done, /*locked=*/true);
           }
           resumeParked(t.event, wake);
           t.event->unref();
@@ -234,10 +251,13 @@ void Executor::workerLoop() {
     } else {
       if (park) completeOneLocked(s);  // resumed while we were still running
       s->resumeRequested = false;
+      // More work: this worker takes the stream again next (its compute
+      // team is warm), unless other streams are ready too, for which a
+      // sleeping worker is woken as before.
       if (s->queue.empty()) s->state = Stream::kIdle;
-      else makeReadyLocked(s);
+      else makeReadyLocked(s, /*wake=*/readyCount_.load(std::memory_order_relaxed) > 0);
     }
-    if (doneWaiters_.load() > 0) doneCv_.notify_all();
+    if (detachWaiters_.load() > 0) doneCv_.notify_all();
   }
 }
 
@@ -251,8 +271,7 @@ void Executor::resumeParked(Event* e, const std::vector<Stream*>& streams) {
 void Executor::countDone(Stream* s) {
   // seq_cst on both sides (here and in wait()) so that either we see the
   // waiter or the waiter sees the new count.
-  s->completed.fetch_add(1);
-  if (doneWaiters_.load() > 0) notifyDone();
+  wakeWaiters(s, s->completed.fetch_add(1) + 1, /*locked=*/false);
 }
 
 void Executor::notifyDone() {
@@ -276,7 +295,13 @@ void Executor::wait(Stream* s) {
   std::unique_lock<std::mutex> lk(mu_);
   doneWaiters_.fetch_add(1);  // seq_cst: pairs with the worker's increment of completed
   // The timeout only bounds the cost of a missed wake-up; it never decides.
-  while (s->completed.load() < target) doneCv_.wait_for(lk, std::chrono::milliseconds(2));
+  while (s->completed.load() < target) {
+    uint64_t at = s->wakeAt.load();
+    while (target < at && !s->wakeAt.compare_exchange_weak(at, target)) {
+    }
+    if (s->completed.load() >= target) break;
+    doneCv_.wait_for(lk, std::chrono::milliseconds(2));
+  }
   doneWaiters_.fetch_sub(1);
 }
 

@@ -62,10 +62,16 @@ class Executor {
  private:
   void workerLoop();
   Stream* popReadyLocked();
-  void makeReadyLocked(Stream* s);
+  // Puts s on its ready list; wakes a sleeping worker unless one is polling
+  // (it will see s) or `wake` is false (the caller takes s itself next).
+  void makeReadyLocked(Stream* s, bool wake = true);
   void completeOneLocked(Stream* s);
   void notifyDone();
   void countDone(Stream* s);
+  // After s's count reached `done`: wakes the host threads in wait() once
+  // the target they wait for is reached (not on every task: a waiter woken
+  // per task takes a core from the kernels each time).
+  void wakeWaiters(Stream* s, uint64_t done, bool locked);
   void resumeParked(Event* e, const std::vector<Stream*>& streams);
 
   const int device_;
@@ -77,7 +83,8 @@ class Executor {
   std::atomic<size_t> readyCount_{0};  // lets idle workers spin without the lock
   std::atomic<bool> spinning_{false};  // one idle worker polls, the rest sleep
   int sleepingWorkers_ = 0;
-  std::atomic<int> doneWaiters_{0};  // read by workers without the lock
+  std::atomic<int> doneWaiters_{0};  // host threads in wait(); read by workers without the lock
+  std::atomic<int> detachWaiters_{0};  // threads in detach(), woken at the end of each batch
   std::vector<Stream*> streams_;
   std::vector<std::thread> workers_;
 };

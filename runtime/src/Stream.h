@@ -31,6 +31,9 @@ struct Stream {
   bool resumeRequested = false;  // an event completed while we were running
   uint64_t enqueued = 0;
   std::atomic<uint64_t> completed{0};  // tasks done; the running worker or resume() adds
+  // The smallest `completed` a host thread in Executor::wait() waits for
+  // (UINT64_MAX: none): workers wake waiters when it is reached, not per task.
+  std::atomic<uint64_t> wakeAt{UINT64_MAX};
   KernelErrorPtr error;                // first unreported kernel failure
 };
 
