@@ -1,9 +1,35 @@
 // StreamTest.cpp — stream lifetime, priorities, ordering, query and sync.
+#include <sys/resource.h>
+
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
 #include "TestUtil.h"
+
+namespace {
+
+struct SpinArgs {
+  int micros;
+};
+// Busy for `micros`: the worker stays on its core, as a compute kernel does.
+nrtStatus spinKernel(void* a) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<SpinArgs*>(a)->micros);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  return NRT_SUCCESS;
+}
+
+// Times this thread went to sleep (each futex wait that blocks counts one).
+long voluntarySwitches() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_nvcsw;
+}
+
+}  // namespace
 
 TEST(Stream, CreateDestroyAndUseAfterDestroy) {
   nrtStream_t s;
@@ -96,4 +122,20 @@ TEST(Stream, DestroyWaitsForQueuedWork) {
   NRT_OK(nrtLaunchKernel(s, "log", logKernel, &a, sizeof a));
   NRT_OK(nrtStreamDestroy(s));
   EXPECT_EQ(takeLog(), std::vector<int>{42});
+}
+
+TEST(Stream, SynchronizeWakesWhenTheWorkIsDoneNotPerTask) {
+  if (launchBlocking()) GTEST_SKIP() << "work runs on the calling thread";
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  SpinArgs a{50};
+  for (int i = 0; i < 400; ++i) NRT_OK(nrtLaunchKernel(s, "spin", spinKernel, &a, sizeof a));
+  const long before = voluntarySwitches();
+  NRT_OK(nrtStreamSynchronize(s));
+  const long slept = voluntarySwitches() - before;
+  // Woken at every task completion the waiter would sleep again ~400 times
+  // (a core taken from the kernels each time); woken at the end it sleeps
+  // once, plus one per 2 ms bound on a missed wake-up (~10 over 20 ms).
+  EXPECT_LT(slept, 60) << "the waiter was woken " << slept << " times for 400 tasks";
+  NRT_OK(nrtStreamDestroy(s));
 }
