@@ -194,6 +194,13 @@ void Executor::workerLoop() {
         continue;
       }
     }
+    // Streams made ready while a worker polled woke nobody (makeReadyLocked):
+    // hand any still waiting to a sleeping worker, since this one may be
+    // held by its stream's task for long (a kernel waiting on the host).
+    if (readyCount_.load(std::memory_order_relaxed) > 0 && sleepingWorkers_ &&
+        !spinning_.load(std::memory_order_acquire)) {
+      workCv_.notify_one();
+    }
     // Take up to kBatch tasks at once: one lock round trip per batch, not
     // per task, keeps the host thread's enqueues from contending with us.
     batch.clear();
