@@ -191,6 +191,17 @@ bool safeToStage(const at::Tensor& in, const at::Tensor& out) {
   return a == b || a.second <= b.first || b.second <= a.first;
 }
 
+// An all-reduce's start item when shared memory carries it (in place, then
+// the finish item's AVG division as on the transport path).
+StartFn allreduceThroughShm(std::shared_ptr<SharedMemoryTransport> shm, TensorList views,
+                            ReducePlan plan, std::chrono::milliseconds timeout, const char* name) {
+  return [shm = std::move(shm), views = std::move(views), plan = std::move(plan), timeout, name] {
+    plan.scaleInPlace(views);
+    shm->allreduce(name, views, plan.transportOp.op_, timeout);
+    return done();
+  };
+}
+
 }  // namespace
 
 ProcessGroupNeuron::ProcessGroupNeuron(c10::intrusive_ptr<c10d::Backend> transport, int rank,
@@ -350,11 +361,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce(std::vector<at::Ten
     return t->allreduce(views, o);
   };
   if (auto shm = shmFor(tensors, plan.transportOp.op_)) {
-    start = [shm, views, op = plan.transportOp.op_, plan, timeout = timeout(), name = c.name] {
-      plan.scaleInPlace(views);
-      shm->allreduce(name, views, op, timeout);
-      return done();
-    };
+    start = allreduceThroughShm(std::move(shm), views, plan, timeout(), c.name);
   }
   return launch(std::move(c), std::move(start),
                 [views, by = plan.divideBy] { divideAll(views, by); });
@@ -377,11 +384,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNeuron::allreduce_coalesced(
     return t->allreduce_coalesced(views, o);
   };
   if (auto shm = shmFor(tensors, plan.transportOp.op_)) {
-    start = [shm, views, op = plan.transportOp.op_, plan, timeout = timeout(), name = c.name] {
-      plan.scaleInPlace(views);
-      shm->allreduce(name, views, op, timeout);
-      return done();
-    };
+    start = allreduceThroughShm(std::move(shm), views, plan, timeout(), c.name);
   }
   return launch(std::move(c), std::move(start),
                 [views, by = plan.divideBy] { divideAll(views, by); });
