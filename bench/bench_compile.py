@@ -5,8 +5,9 @@
 
 For each model (the demo GPT at the demo's size, torchvision resnet18 at
 32x32, a tiny Hugging Face Llama) it times a training step (forward, backward,
-AdamW step; PyTorch's default AdamW, eager) three ways: compiled on neuron,
-compiled on CPU, eager on CPU, after warm-up steps, as the median of
+AdamW step; PyTorch's default AdamW, eager) four ways: compiled on neuron
+(torch.compile's default backend, and backend="neuron", which turns Inductor's
+layout optimization off for neuron graphs), compiled on CPU, eager on CPU, after warm-up steps, as the median of
 --steps steps, devices alternating between repeats so that all see the same
 machine load. Compile time: the first call (forward + backward graphs) under
 a fresh Inductor cache (no FX graph or kernel cache hits), neuron vs CPU.
@@ -61,7 +62,11 @@ def setup(make, device, compiled):
     model = model.to(device)
     batch = tuple(t.to(device) for t in batch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    run = torch.compile(model) if compiled else model
+    # compiled: False (eager), True (torch.compile's default backend) or a backend's name.
+    if isinstance(compiled, str):
+        run = torch.compile(model, backend=compiled)
+    else:
+        run = torch.compile(model) if compiled else model
     sync = torch.neuron.synchronize if device == "neuron" else (lambda: None)
 
     def step():
@@ -103,7 +108,7 @@ def main():
     p.add_argument("--no-compile-time", action="store_true")
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()}; torch threads {torch.get_num_threads()}")
-    configs = [("neuron", True), ("cpu", True), ("cpu", False)]
+    configs = [("neuron", True), ("neuron", "neuron"), ("cpu", True), ("cpu", False)]
     for name in args.models.split(","):
         make = MODELS[name]
         steps = {c: setup(make, *c) for c in configs}
@@ -112,10 +117,12 @@ def main():
             for c in configs:
                 res[c].append(step_ms(steps[c], args.warmup, args.steps))
         ms = {c: statistics.median(v) for c, v in res.items()}
-        n, c, e = ms[("neuron", True)], ms[("cpu", True)], ms[("cpu", False)]
-        print(f"{name}: step ms  compiled neuron {n:.1f}  compiled cpu {c:.1f}  eager cpu {e:.1f}"
-              f"  | throughput compiled neuron / compiled cpu {c / n:.2f}x (target >= 0.95), "
-              f"/ eager cpu {e / n:.2f}x")
+        n, nb = ms[("neuron", True)], ms[("neuron", "neuron")]
+        c, e = ms[("cpu", True)], ms[("cpu", False)]
+        print(f"{name}: step ms  compiled neuron {n:.1f} (backend='neuron' {nb:.1f})  "
+              f"compiled cpu {c:.1f}  eager cpu {e:.1f}"
+              f"  | throughput compiled neuron / compiled cpu {c / n:.2f}x, backend='neuron' "
+              f"{c / nb:.2f}x (target >= 0.95), / eager cpu {e / n:.2f}x, {e / nb:.2f}x")
         if not args.no_compile_time:
             cn, cc = compile_seconds(make, "neuron"), compile_seconds(make, "cpu")
             print(f"{name}: first call (compiles, fresh cache)  neuron {cn:.1f} s  cpu {cc:.1f} s"

@@ -132,6 +132,31 @@ def test_training_step_matches_inductor_on_cpu(name):
     assert worst <= bound, f"{name}: relative difference {worst:.3g} over the bound {bound}"
 
 
+@heavy
+def test_backend_neuron_compiles_cnns_without_layout_optimization():
+    # backend="neuron" turns Inductor's channels-last layout optimization off
+    # for neuron graphs (torchneuron/compiler/backend.py), forward and the
+    # backward compiled later; values stay within resnet18's bound of
+    # CPU-compiled (Inductor lowers the convolutions differently anyway).
+    from torchneuron.compiler import backend as neuron_backend
+
+    make, _, bound = MODELS["resnet18"]
+    loss_c, grads_c, _ = train_step(make, "cpu")
+    torch._dynamo.reset()
+    neuron_backend.reset_dynamo_metrics()
+    model, loss_fn = make()
+    model = model.to(N)
+    loss_n = loss_fn(torch.compile(model, backend="neuron"), N)
+    loss_n.backward()
+    grads_n = [p.grad.detach().cpu() for p in model.parameters()]
+    layouts = [v for g in neuron_backend.get_dynamo_metrics()["graphs"]
+               for v in g["layout_optimization"]]
+    assert len(layouts) >= 2 and not any(layouts), layouts  # forward and backward, both off
+    worst = max([_rel(loss_n.detach().cpu(), loss_c)] +
+                [_rel(a, b) for a, b in zip(grads_n, grads_c)])
+    assert worst <= bound, f"relative difference {worst:.3g} over the bound {bound}"
+
+
 def test_pointwise_and_reduction_kernels_bitwise_and_queued():
     def f(x, y):
         return (x * 2 + y).relu().sum(1), torch.softmax(x @ y.t(), -1)
