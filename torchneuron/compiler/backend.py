@@ -16,7 +16,11 @@ about 1.4x slower here). The setting goes through ``compile_fx``'s
 ``config_patches``, so the backward graph, compiled later, gets it too; it is
 part of Inductor's cache key; ``options={"layout_optimization": True}`` (or
 ``torch.compile(model)`` with the default backend) keeps Inductor's default.
-Each graph's record says which setting it was compiled with."""
+Each graph's record says which setting it was compiled with
+(``layout_setting``) and what each inner compile Inductor ran saw
+(``layout_optimization``: forward, then the backward once it compiles; empty
+when Inductor's FX-graph or AOTAutograd cache served the graph, since a cached
+graph is not compiled again)."""
 from __future__ import annotations
 
 import threading
@@ -93,6 +97,8 @@ def neuron(gm: Any, example_inputs: Any, **kwargs: Any) -> Any:
             "model_name": _model_name,
             "fx_nodes": len(gm.graph.nodes),
             "compile_us": int(elapsed_us),
+            "layout_setting": bool(patches.get("layout_optimization",
+                                               inductor_config.layout_optimization)),
             # Inner graphs compiled so far (the backward's entry is added when it compiles).
             "layout_optimization": layouts,
         })
