@@ -39,16 +39,16 @@ def register() -> None:
             register_device_op_overrides,
         )
         from torch._inductor.codegen.cpp import CppScheduling
-        from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
         from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
         from . import config
+        from .aoti import NeuronCppWrapper
         from .device_interface import NeuronInterface
         from .flex_attention import FlexAttentionToMath
         from .wrapper import NeuronDeviceOpOverrides, NeuronWrapperCodegen
 
         register_backend_for_device(
-            "neuron", CppScheduling, NeuronWrapperCodegen, CppWrapperCpu, WrapperFxCodegen,
+            "neuron", CppScheduling, NeuronWrapperCodegen, NeuronCppWrapper, WrapperFxCodegen,
             device_custom_pass=FlexAttentionToMath(), device_custom_config=config)
         register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
         register_interface_for_device("neuron", NeuronInterface)

@@ -11,7 +11,7 @@ from torch.utils._config_module import install_config_module
 def _codegen_sources_hash() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     h = hashlib.sha256()
-    for name in ("kernels.py", "wrapper.py", "device_interface.py", "flex_attention.py",
+    for name in ("kernels.py", "wrapper.py", "aoti.py", "device_interface.py", "flex_attention.py",
                  "__init__.py"):
         with open(os.path.join(here, name), "rb") as f:
             h.update(f.read())

@@ -87,11 +87,11 @@ _CPU_SCHEDULING_CONFIG = {
 }
 
 
-class NeuronWrapperCodegen(_NeuronKernels, PythonWrapperCodegen):
-    """The wrapper of a neuron graph. Inductor creates it before it schedules
-    the graph and finishes with it in ``generate()``: the scheduling config
-    above holds in between (and is restored if lowering fails, when the
-    wrapper is dropped)."""
+class CpuSchedulingScope:
+    """What every wrapper of a neuron graph (Python or C++) does: Inductor
+    creates it before it schedules the graph and finishes with it in
+    ``generate()``; the scheduling config above holds in between (and is
+    restored if lowering fails, when the wrapper is dropped)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,12 +106,16 @@ class NeuronWrapperCodegen(_NeuronKernels, PythonWrapperCodegen):
 
     def generate(self, is_inference: bool) -> Any:
         try:
-            return super().generate(is_inference)
+            return super().generate(is_inference)  # type: ignore[misc]
         finally:
             self._restore_scheduling_config()
 
     def __del__(self) -> None:
         self._restore_scheduling_config()
+
+
+class NeuronWrapperCodegen(_NeuronKernels, CpuSchedulingScope, PythonWrapperCodegen):
+    """The Python wrapper of a neuron graph (torch.compile)."""
 
     @staticmethod
     def create(is_subgraph: bool, subgraph_name: Any, parent_wrapper: Any,
