@@ -198,6 +198,56 @@ def test_compiled_call_does_not_wait_for_the_device():
     assert _bitwise(out, expected)
 
 
+@requires_async
+def test_a_cpu_scalar_is_read_when_the_kernel_is_queued():
+    # Inductor passes a one-element CPU tensor to a device kernel by pointer;
+    # the kernel runs later, so its launch must take the value then, as CUDA
+    # takes a CPU scalar at launch (torchao's optimizers step a CPU tensor
+    # right after calling their compiled update).
+    f = torch.compile(lambda x, s: x * s + 1)
+    x, s = torch.ones(1000, device=N), torch.tensor(2.0)
+    f(x, s)
+    torch.neuron._sleep(300_000)
+    out = f(x, s)
+    s += 10
+    del x
+    assert not torch.neuron.current_stream().query()
+    assert torch.equal(out.cpu(), torch.full((1000,), 3.0))
+    # A CPU scalar the graph computes itself (a CPU kernel's buffer, freed
+    # when the wrapper returns).
+    g = torch.compile(lambda x, c: x + c.sum())
+    c = torch.ones(3)
+    g(torch.ones(3, device=N), c)
+    torch.neuron._sleep(300_000)
+    out = g(torch.ones(3, device=N), c)
+    c.add_(1)
+    assert torch.equal(out.cpu(), torch.full((3,), 4.0))
+
+
+@heavy
+def test_torchao_8bit_adamw_matches_cpu_bitwise():
+    # torchao's 8-bit AdamW compiles its per-parameter step (CPU step count
+    # and learning rate tensors, quantized states as tensor subclasses).
+    optim = pytest.importorskip("torchao.optim")
+
+    def run(device):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256)).to(device)
+        opt = optim.AdamW8bit(model.parameters(), lr=1e-3)
+        x = torch.randn(8, 256, generator=torch.Generator().manual_seed(1)).to(device)
+        losses = []
+        for _ in range(3):
+            loss = model(x).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        return [t.cpu() for t in losses + [p.detach() for p in model.parameters()]]
+    got, ref = run(N), run("cpu")
+    assert all(_bitwise(a, b) for a, b in zip(got, ref))
+
+
 def test_buffers_come_from_the_device_allocator():
     def f(x):
         a = x.exp()

@@ -22,6 +22,7 @@ void drainDevicesAtExit() noexcept;  // core/Runtime.cpp
 
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
@@ -121,6 +122,30 @@ py::dict pyHostWaitCounts() {
 
 }  // namespace
 }  // namespace torchneuron
+
+// Inductor passes a one-element CPU tensor to a device kernel by pointer (a
+// CPU scalar in a neuron graph: torchao's step count, a tensor learning
+// rate). A queued kernel reads it later, after the host may have changed or
+// freed it, so the kernel module's launch copies the value into the work
+// item's arguments, as CUDA passes a CPU scalar by value at launch. Returns
+// 1 (copied into out), 0 (not a CPU tensor) or -1 (Python error set).
+static int snapshotHostScalar(PyObject* obj, void* out, size_t capacity) {
+  if (!THPVariable_Check(obj)) {
+    PyErr_SetString(PyExc_TypeError, "a compiled neuron kernel takes tensors for its pointers");
+    return -1;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!t.is_cpu()) return 0;
+  if (t.numel() != 1 || t.nbytes() > capacity) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "a compiled neuron kernel was given a CPU tensor of %lld elements; only "
+                 "one-element CPU tensors (scalars) can be read by device kernels",
+                 static_cast<long long>(t.numel()));
+    return -1;
+  }
+  std::memcpy(out, t.data_ptr(), t.nbytes());
+  return 1;
+}
 
 PYBIND11_MODULE(_C, m) {
   // Python frames for CapturedTraceback (host-wait and allocation stacks).
@@ -254,7 +279,8 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_parallel_for_address",
         [] { return reinterpret_cast<uintptr_t>(&torchneuron_parallel_for); });
-  // The C entry compiled kernel modules call (inductor/CompiledLaunch.h).
+  // The C entries compiled kernel modules call (inductor/CompiledLaunch.h).
   m.def("_compiled_launch_address",
         [] { return reinterpret_cast<uintptr_t>(&torchneuron_launch_compiled); });
+  m.def("_host_scalar_address", [] { return reinterpret_cast<uintptr_t>(&snapshotHostScalar); });
 }

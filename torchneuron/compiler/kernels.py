@@ -23,6 +23,7 @@ from torch._inductor.utils import clear_on_fresh_cache
 from .. import _C
 
 _LAUNCH_ENV = "_TORCHNEURON_LAUNCH_COMPILED"
+_HOST_SCALAR_ENV = "_TORCHNEURON_HOST_SCALAR"
 
 # Argument types Inductor's C++ kernels take, by how the entry reads them
 # from Python: tensors (pointers), integers (sizes, seeds) and floats.
@@ -60,15 +61,31 @@ def _read(kind: str, ctype: str, i: int) -> str:
     return f"PyObject_IsTrue({arg}) == 1"
 
 
+def _pointer_read(ctype: str, i: int) -> str:
+    """A tensor argument: its device pointer, or, for a one-element CPU tensor
+    (a CPU scalar), its value copied into the argument block now (the kernel
+    runs later, when the host may have changed or freed it)."""
+    return f"""  switch (neuron_host_scalar(argv[{i + 1}], packed.s{i}, sizeof packed.s{i})) {{
+    case 1: packed.h{i} = true; break;
+    case 0: packed.a{i} = {_read("pointer", ctype, i)}; break;
+    default: return nullptr;
+  }}"""
+
+
 def queued_entry(argtypes: Sequence[str]) -> str:
     """C++ appended to a kernel's source: the module's Python entry `kernel`,
     called as kernel(handle, *args), which queues the kernel instead of
     running it."""
     fields = [_field(a) for a in argtypes]
-    members = "\n".join(f"  {ctype} a{i};" for i, (ctype, _) in enumerate(fields))
-    call = ", ".join(f"a->a{i}" for i in range(len(fields)))
+    members = "\n".join(
+        f"  {ctype} a{i};" + (f" uint64_t s{i}[2]; bool h{i};" if kind == "pointer" else "")
+        for i, (ctype, kind) in enumerate(fields))
+    call = ", ".join(
+        f"(a->h{i} ? ({ctype})(const_cast<uint64_t*>(a->s{i})) : a->a{i})" if kind == "pointer"
+        else f"a->a{i}" for i, (ctype, kind) in enumerate(fields))
     reads = "\n".join(
-        f"  packed.a{i} = {_read(kind, ctype, i)};" for i, (ctype, kind) in enumerate(fields)
+        _pointer_read(ctype, i) if kind == "pointer" else f"  packed.a{i} = {_read(kind, ctype, i)};"
+        for i, (ctype, kind) in enumerate(fields)
     )
     n = len(fields)
     return f"""
@@ -83,6 +100,7 @@ namespace {{
 void* (*neuron_tensor_data)(PyObject*) = nullptr;
 int (*neuron_launch)(const void*, void (*)(const void*), const void*, size_t, char*, size_t) =
     nullptr;
+int (*neuron_host_scalar)(PyObject*, void*, size_t) = nullptr;
 
 struct neuron_args {{
   char unused;  // keeps the struct non-empty for kernels without arguments
@@ -134,7 +152,9 @@ PyMODINIT_FUNC PyInit_kernel(void) {{
   neuron_tensor_data = reinterpret_cast<void* (*)(PyObject*)>(
       neuron_address("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"));
   neuron_launch = reinterpret_cast<decltype(neuron_launch)>(neuron_address("{_LAUNCH_ENV}"));
-  if (!neuron_tensor_data || !neuron_launch) {{
+  neuron_host_scalar =
+      reinterpret_cast<decltype(neuron_host_scalar)>(neuron_address("{_HOST_SCALAR_ENV}"));
+  if (!neuron_tensor_data || !neuron_launch || !neuron_host_scalar) {{
     PyErr_SetString(PyExc_ImportError, "a compiled neuron kernel is loaded by torchneuron only");
     return nullptr;
   }}
@@ -153,6 +173,7 @@ class NeuronKernelCodeCache(CppPythonBindingsCodeCache):
     @classmethod
     def _load_library_inner(cls, path: str, key: str) -> Any:
         os.environ[_LAUNCH_ENV] = str(_C._compiled_launch_address())
+        os.environ[_HOST_SCALAR_ENV] = str(_C._host_scalar_address())
         return super()._load_library_inner(path, key)
 
     @classmethod
