@@ -190,3 +190,20 @@ def test_jit_cpp_wrapper_is_refused_with_a_reason():
     f = torch.compile(lambda x: x.sin() + 1, options={"cpp_wrapper": True})
     with pytest.raises(Exception, match=r"cpp_wrapper=True is not supported for neuron"):
         f(torch.randn(8, device=N))
+
+
+@heavy
+def test_load_constants_takes_cpu_tensors(tmp_path):
+    on_neuron, on_cpu = _both(MLP, (torch.randn(4, 16),), tmp_path, "weights")
+    names = on_neuron.get_constant_fqns()
+    assert names == on_cpu.get_constant_fqns()
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 16, generator=g)
+    before = on_neuron(x.to(N))[0].cpu()
+    new = {k: torch.randn(v.shape, generator=g) for k, v in MLP().state_dict().items()
+           if k in names}
+    for package in (on_neuron, on_cpu):
+        package.load_constants(new, check_full_update=True)
+    got, ref = on_neuron(x.to(N)), on_cpu(x)
+    assert not torch.equal(got[0].cpu(), before)
+    assert all(_bitwise(a, b) for a, b in zip(got, ref))
