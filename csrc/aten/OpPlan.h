@@ -1,0 +1,42 @@
+// The asynchronous generic path's plan of an operator (AsyncPath.cpp), from
+// its schema alone, made once per operator: what it writes, what it
+// returns, its out= overload.
+#pragma once
+
+#include "aten/OpTracking.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <atomic>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torchneuron {
+
+struct Plan {
+  // Cleared (never set again) when the Meta pass shows the op cannot run here.
+  std::atomic<bool> eligible{false};
+  std::string name;  // "aten::foo.bar", names the kernel
+  OpCounters* counters = nullptr;  // op tracking, looked up once
+  // The out= overload when some result is fresh; without one, the CPU
+  // kernel's fresh results are copied into the device outputs.
+  std::optional<c10::OperatorHandle> outOp;
+  std::vector<int> returnArg;            // per result: aliased written arg, -1 = fresh
+  std::vector<bool> writtenArg;          // per argument
+  std::vector<bool> outArg;              // per argument: a keyword-only out= tensor
+  std::vector<bool> generatorArg;        // per argument
+  size_t numFresh = 0;
+  // native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update
+  // (any overload): CPU's kernels need exceptions (AsyncPath.cpp).
+  bool batchNorm = false;
+};
+
+// The plan of `op`: made on first use, never freed (a thread-local map then
+// finds it without a lock).
+Plan* planFor(const c10::OperatorHandle& op);
+// An operator whose Meta pass shows it cannot run on the path (no Meta
+// kernel, a data-dependent result): never tried again.
+void markIneligible(const c10::OperatorHandle& op);
+
+}  // namespace torchneuron
