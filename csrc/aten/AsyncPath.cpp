@@ -17,6 +17,7 @@
 #include "aten/AsyncPath.h"
 
 #include "aten/CallKey.h"
+#include "aten/KernelArgs.h"
 #include "aten/OpPlan.h"
 #include "aten/Common.h"
 #include "aten/Launch.h"
@@ -48,97 +49,6 @@
 namespace torchneuron {
 namespace {
 
-
-// ---------------------------------------------------------------------------
-// What the executor needs to rebuild each argument.
-
-// Tensors over one device storage become tensors over one CPU storage in
-// the kernel: CPU's kernels find aliasing by comparing storages (the
-// internal and partial overlap checks of index_put_, scatter_, ...), so
-// separate CPU storages over the same bytes would hide an overlap from them.
-struct CpuStorages {
-  c10::SmallVector<std::pair<void*, c10::Storage>, 4> byBase;
-  c10::Storage get(void* base, size_t nbytes) {
-    for (auto& [b, st] : byBase) {
-      if (b == base) {
-        if (st.nbytes() < nbytes) st.set_nbytes(nbytes);
-        return st;
-      }
-    }
-    c10::Storage st(c10::Storage::use_byte_size_t(), nbytes,
-                    c10::DataPtr(base, c10::Device(c10::DeviceType::CPU)), nullptr,
-                    /*resizable=*/false);
-    byBase.emplace_back(base, st);
-    return st;
-  }
-};
-
-struct TensorRef {
-  void* data = nullptr;
-  c10::SmallVector<int64_t, 5> sizes;
-  c10::SmallVector<int64_t, 5> strides;
-  at::ScalarType dtype = at::kFloat;
-  int64_t offset = 0;       // storage offset, in elements
-  size_t storageBytes = 0;  // of the device storage
-
-  // A read tensor's memory is taken without materializing a copy-on-write
-  // storage (t + t._lazy_clone() keeps both lazy, as on CPU); a written one
-  // materializes it, as CPU's kernels do.
-  explicit TensorRef(const at::Tensor& t, bool written = true)
-      : data(written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr())),
-        sizes(t.sizes().begin(), t.sizes().end()),
-        strides(t.strides().begin(), t.strides().end()),
-        dtype(t.scalar_type()),
-        offset(t.storage_offset()),
-        storageBytes(t.has_storage() ? t.storage().nbytes() : 0) {}
-
-  at::Tensor cpu() const {
-    return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
-  }
-
-  at::Tensor cpu(CpuStorages& storages) const {
-    if (data == nullptr) return cpu();
-    void* base = static_cast<char*>(data) - offset * static_cast<int64_t>(c10::elementSize(dtype));
-    auto t = at::detail::make_tensor<c10::TensorImpl>(storages.get(base, storageBytes),
-                                                      c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                      c10::scalarTypeToTypeMeta(dtype));
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-    return t;
-  }
-};
-
-// One argument: a plain value, or device tensors (single, list, optional list).
-struct ArgSlot {
-  enum Kind : uint8_t { kValue, kTensor, kTensorList, kOptTensorList } kind = kValue;
-  c10::IValue value;                        // kValue, and CPU members of lists
-  std::vector<std::optional<TensorRef>> tensors;  // device tensors (nullopt: take value)
-  std::vector<c10::IValue> others;          // per list element when not a device tensor
-};
-
-c10::IValue rebuild(const ArgSlot& slot, CpuStorages& storages) {
-  switch (slot.kind) {
-    case ArgSlot::kValue: return slot.value;
-    case ArgSlot::kTensor: return slot.tensors[0]->cpu(storages);
-    case ArgSlot::kTensorList: {
-      c10::List<at::Tensor> list;
-      list.reserve(slot.tensors.size());
-      for (size_t i = 0; i < slot.tensors.size(); ++i)
-        list.push_back(slot.tensors[i] ? slot.tensors[i]->cpu(storages) : slot.others[i].toTensor());
-      return list;
-    }
-    case ArgSlot::kOptTensorList: {
-      c10::List<std::optional<at::Tensor>> list;
-      list.reserve(slot.tensors.size());
-      for (size_t i = 0; i < slot.tensors.size(); ++i) {
-        if (slot.tensors[i]) list.push_back(slot.tensors[i]->cpu(storages));
-        else if (slot.others[i].isNone()) list.push_back(std::nullopt);
-        else list.push_back(slot.others[i].toTensor());
-      }
-      return list;
-    }
-  }
-  return slot.value;
-}
 
 // ---------------------------------------------------------------------------
 // The host side.
