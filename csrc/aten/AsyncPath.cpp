@@ -18,6 +18,7 @@
 
 #include "aten/CallKey.h"
 #include "aten/KernelArgs.h"
+#include "aten/MetaPass.h"
 #include "aten/OpPlan.h"
 #include "aten/Common.h"
 #include "aten/Launch.h"
@@ -49,7 +50,6 @@
 namespace torchneuron {
 namespace {
 
-
 // ---------------------------------------------------------------------------
 // The host side.
 
@@ -66,60 +66,6 @@ struct Prepared {
   std::string key;  // the Meta pass's inputs, for the cache; empty: uncacheable
   bool cacheable = true;
 };
-
-}  // namespace
-
-// What the Meta pass tells us: the final layout of every written tensor and
-// of every fresh result. It depends only on argument metadata, so it is
-// cached per (op, metadata): a training loop pays for it once per shape.
-struct TensorMeta {
-  c10::SmallVector<int64_t, 5> sizes;
-  c10::SmallVector<int64_t, 5> strides;
-  at::ScalarType dtype = at::kFloat;
-
-  explicit TensorMeta(const at::Tensor& t)
-      : sizes(t.sizes().begin(), t.sizes().end()),
-        strides(t.strides().begin(), t.strides().end()),
-        dtype(t.scalar_type()) {}
-};
-struct MetaResult {
-  std::vector<TensorMeta> written;
-  std::vector<std::optional<TensorMeta>> fresh;  // nullopt: an undefined result
-  bool allFreshDefined = true;
-  // What the Meta pass warned (argument checks a kernel would warn about too,
-  // e.g. random_'s "from is out of bounds"): given at the op when the kernel
-  // is queued, and not again when the kernel raises the same warning.
-  std::vector<c10::Warning> warnings;
-  bool warnedAlready(const c10::Warning& w) const {
-    for (const auto& m : warnings)
-      if (m.msg() == w.msg()) return true;
-    return false;
-  }
-  // A Python meta kernel (torch._prims_common's out= wrapper) resized a
-  // non-empty out= tensor and warned about it in its own words, straight
-  // into Python's warnings (never in `warnings`).
-  bool resizeWarnedInPython = false;
-  // Whether CPU's kernel agrees with this Meta pass (see VerdictCache).
-  mutable std::atomic<int> verdict{kUnverified};
-  // kFunctional: the out= overload disagrees but the functional kernel (its
-  // results copied into place) agrees. kLearned, for a kind only: CPU's
-  // functional kernel gives fresh results the Meta shapes in other strides
-  // (a channels_last convolution), so each call's layouts are learned from
-  // CPU's kernel on scratch memory (see learnedLayouts).
-  enum Verdict : int { kUnverified, kAgrees, kFunctional, kDisagrees, kLearned };
-};
-
-namespace {
-
-struct MetaCache {
-  static constexpr size_t kMaxEntries = 16384;
-  std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<const MetaResult>> entries;
-};
-MetaCache& metaCache() {
-  static auto* cache = new MetaCache();
-  return *cache;
-}
 
 // Meta kernels are not CPU's kernels: a few disagree with CPU's kernels
 // about a result's dtype, shape or strides (statistics of reduced-precision
@@ -225,108 +171,6 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
   keyGlobals(p.key);
   keyAliasing(p.key, plan.writtenArg, stack, begin);
   return true;
-}
-
-// The Meta stand-in of one argument.
-c10::IValue metaArg(const c10::IValue& iv, bool generator) {
-  auto toMeta = [](const at::Tensor& t) -> at::Tensor {
-    if (!t.defined() || !isNeuron(t)) return t;  // undefined, or a CPU scalar
-    return at::detail::empty_strided_meta(t.sizes(), t.strides(), t.scalar_type());
-  };
-  if (generator) return c10::IValue();
-  if (iv.isDevice() && iv.toDevice().type() == kNeuron) return c10::Device(c10::DeviceType::Meta);
-  return mapTensors(iv, toMeta);
-}
-
-}  // namespace
-
-bool isResizeWarning(const c10::Warning& w) {
-  static const std::string kResized = "An output with one or more elements was resized";
-  return w.msg().compare(0, kResized.size(), kResized) == 0;
-}
-
-namespace {
-
-// Runs the op on Meta tensors. Returns nullptr when the slow path must run.
-std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const Plan& plan,
-                                          const torch::jit::Stack& stack, size_t begin) {
-  const size_t n = plan.writtenArg.size();
-  torch::jit::Stack meta;
-  meta.reserve(n);
-  std::vector<at::Tensor> writtenMeta;  // in the order prepare() saw them
-  for (size_t i = 0; i < n; ++i) {
-    meta.push_back(metaArg(stack[begin + i], plan.generatorArg[i]));
-    if (!plan.writtenArg[i]) continue;
-    forEachTensor(meta.back(), [&](const at::Tensor& t) {
-      if (t.defined()) writtenMeta.push_back(t);
-    });
-  }
-  // Held: given at the op only if the kernel is queued (the synchronous
-  // path gives CPU's own warnings instead).
-  struct Collect : c10::WarningHandler {
-    std::vector<c10::Warning> warnings;
-    void process(const c10::Warning& w) override { warnings.push_back(w); }
-  } held;
-  std::vector<std::vector<int64_t>> sizesBefore;  // of the written tensors
-  for (const at::Tensor& w : writtenMeta) sizesBefore.push_back(w.sizes().vec());
-  try {
-    c10::WarningUtils::WarningHandlerGuard guard(&held);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
-  } catch (const c10::NotImplementedError&) {
-    markIneligible(op);  // no Meta kernel, or a data-dependent result
-    return nullptr;
-  } catch (const c10::Error&) {
-    return nullptr;  // the slow path raises the CPU kernel's own error
-  } catch (...) {
-    // A Python meta kernel refused (data-dependent output, e.g. nonzero).
-    markIneligible(op);
-    return nullptr;
-  }
-  if (meta.size() != plan.returnArg.size()) return nullptr;
-  auto result = std::make_shared<MetaResult>();
-  result->warnings = std::move(held.warnings);
-  bool resizedNonEmpty = false;
-  for (size_t i = 0; i < writtenMeta.size(); ++i) {
-    const auto& before = sizesBefore[i];
-    resizedNonEmpty |= c10::multiply_integers(before) != 0 && writtenMeta[i].sizes().vec() != before;
-  }
-  result->resizeWarnedInPython =
-      resizedNonEmpty &&
-      std::none_of(result->warnings.begin(), result->warnings.end(), isResizeWarning);
-  for (const at::Tensor& w : writtenMeta) result->written.emplace_back(w);
-  for (size_t r = 0; r < plan.returnArg.size(); ++r) {
-    if (plan.returnArg[r] >= 0) continue;
-    if (!meta[r].isTensor()) return nullptr;
-    if (meta[r].toTensor().defined()) {
-      result->fresh.emplace_back(TensorMeta(meta[r].toTensor()));
-    } else {
-      // e.g. convolution_backward without grad_input
-      result->fresh.emplace_back(std::nullopt);
-      result->allFreshDefined = false;
-    }
-  }
-  return result;
-}
-
-// (ranNow: the Meta pass ran for this call, not taken from the cache.)
-std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
-                                          const torch::jit::Stack& stack, size_t begin,
-                                          const Prepared& p, bool& ranNow) {
-  ranNow = false;
-  MetaCache& cache = metaCache();
-  if (p.cacheable) {
-    std::lock_guard<std::mutex> lk(cache.mu);
-    auto it = cache.entries.find(p.key);
-    if (it != cache.entries.end()) return it->second;
-  }
-  auto result = runMeta(op, plan, stack, begin);
-  ranNow = true;
-  if (result && p.cacheable) {
-    std::lock_guard<std::mutex> lk(cache.mu);
-    if (cache.entries.size() >= MetaCache::kMaxEntries) cache.entries.clear();
-    cache.entries.emplace(p.key, result);
-  }
-  return result;
 }
 
 // Batch norm in eval mode returns empty statistics from CPU's functional
@@ -705,12 +549,6 @@ std::shared_ptr<MetaResult> learnedLayouts(const MetaResult& meta,
   return learned;
 }
 
-void cacheMeta(const std::string& key, std::shared_ptr<const MetaResult> meta) {
-  MetaCache& cache = metaCache();
-  std::lock_guard<std::mutex> lk(cache.mu);
-  cache.entries[key] = std::move(meta);
-}
-
 std::atomic<bool> gAsyncEnabled{backendConfig().async_path};
 
 }  // namespace
@@ -739,7 +577,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   // Shapes, dtypes and argument checks, from the Meta backend (cached).
   bool metaRanNow = false;
-  std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p, metaRanNow);
+  std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p.key, p.cacheable, metaRanNow);
   if (!meta || meta->written.size() != p.written.size())
     return refuse("no Meta result for these arguments");
   // The Python warning reached the user now; the synchronous path must not repeat it.

@@ -1,0 +1,74 @@
+// The Meta pass of the asynchronous generic path (AsyncPath.cpp): the op run
+// on Meta tensors gives the layout of every written tensor and fresh result,
+// its argument checks and warnings, before any data exists. Cached per call
+// key (CallKey.h): a training loop pays for it once per shape.
+#pragma once
+
+#include "aten/OpPlan.h"
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/stack.h>
+#include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace torchneuron {
+
+// What the Meta pass tells us: the final layout of every written tensor and
+// of every fresh result. It depends only on argument metadata, so it is
+// cached per (op, metadata): a training loop pays for it once per shape.
+struct TensorMeta {
+  c10::SmallVector<int64_t, 5> sizes;
+  c10::SmallVector<int64_t, 5> strides;
+  at::ScalarType dtype = at::kFloat;
+
+  explicit TensorMeta(const at::Tensor& t)
+      : sizes(t.sizes().begin(), t.sizes().end()),
+        strides(t.strides().begin(), t.strides().end()),
+        dtype(t.scalar_type()) {}
+};
+struct MetaResult {
+  std::vector<TensorMeta> written;
+  std::vector<std::optional<TensorMeta>> fresh;  // nullopt: an undefined result
+  bool allFreshDefined = true;
+  // What the Meta pass warned (argument checks a kernel would warn about too,
+  // e.g. random_'s "from is out of bounds"): given at the op when the kernel
+  // is queued, and not again when the kernel raises the same warning.
+  std::vector<c10::Warning> warnings;
+  bool warnedAlready(const c10::Warning& w) const {
+    for (const auto& m : warnings)
+      if (m.msg() == w.msg()) return true;
+    return false;
+  }
+  // A Python meta kernel (torch._prims_common's out= wrapper) resized a
+  // non-empty out= tensor and warned about it in its own words, straight
+  // into Python's warnings (never in `warnings`).
+  bool resizeWarnedInPython = false;
+  // Whether CPU's kernel agrees with this Meta pass (see VerdictCache).
+  mutable std::atomic<int> verdict{kUnverified};
+  // kFunctional: the out= overload disagrees but the functional kernel (its
+  // results copied into place) agrees. kLearned, for a kind only: CPU's
+  // functional kernel gives fresh results the Meta shapes in other strides
+  // (a channels_last convolution), so each call's layouts are learned from
+  // CPU's kernel on scratch memory (see learnedLayouts).
+  enum Verdict : int { kUnverified, kAgrees, kFunctional, kDisagrees, kLearned };
+};
+
+
+// The Meta result for the call of `op` with arguments stack[begin, ...):
+// from the cache under `key` when `cacheable`, else from a Meta pass run now
+// (ranNow). Null when the Meta pass cannot settle the call (the synchronous
+// path runs it; an op without a Meta kernel is marked ineligible).
+std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
+                                          const torch::jit::Stack& stack, size_t begin,
+                                          const std::string& key, bool cacheable, bool& ranNow);
+
+// Replaces the cached result under `key` (learned layouts).
+void cacheMeta(const std::string& key, std::shared_ptr<const MetaResult> meta);
+
+}  // namespace torchneuron
