@@ -17,7 +17,7 @@ class OperatorHandle;
 
 namespace torchneuron {
 
-struct MetaResult;  // AsyncPath.cpp
+struct MetaResult;  // MetaPass.h
 
 // A Meta pass the asynchronous path tried to trust and could not: its
 // first, inline run did not write into the layouts the Meta pass gave. The

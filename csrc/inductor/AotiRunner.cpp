@@ -65,13 +65,13 @@ struct OutputLayout {
 
 // A device tensor as the work item sees it: raw pointer and metadata only
 // (stream-ordered reuse keeps the memory valid, see launchWork).
-struct TensorRef {
+struct RawTensor {
   void* data;
   at::ScalarType dtype;
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
 
-  explicit TensorRef(const at::Tensor& t)
+  explicit RawTensor(const at::Tensor& t)
       : data(t.data_ptr()), dtype(t.scalar_type()), sizes(t.sizes().vec()),
         strides(t.strides().vec()) {}
   at::Tensor onHost() const {
@@ -281,7 +281,7 @@ class NeuronAotiRunner final : public AOTIModelContainerRunner {
     std::vector<at::Tensor> results;
     WorkDesc work;
     work.name = name_;
-    std::vector<TensorRef> ins, outs;
+    std::vector<RawTensor> ins, outs;
     for (const auto& t : inputs) {
       ins.emplace_back(t);
       work.reads.push_back(bufferSpan(t.data_ptr(), t.sizes(), t.strides(), t.element_size()));
@@ -316,7 +316,7 @@ class NeuronAotiRunner final : public AOTIModelContainerRunner {
 
   // Runs on the executor: the model on host views of the device tensors,
   // its outputs checked against the learned layouts and copied into place.
-  void runQueued(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs,
+  void runQueued(const std::vector<RawTensor>& ins, const std::vector<RawTensor>& outs,
                  const std::vector<OutputLayout>& layouts) {
     std::vector<at::Tensor> views;
     for (const auto& r : ins) views.push_back(r.onHost());

@@ -1,0 +1,126 @@
+// QueuedKernel.cpp: see QueuedKernel.h.
+#include "aten/QueuedKernel.h"
+
+#include "aten/Common.h"
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/ops/empty_strided.h>
+
+namespace torchneuron {
+namespace {
+
+// A copy of an argument's tensors (same layouts), for a run that must not
+// touch the originals.
+c10::IValue copyOf(const c10::IValue& iv) {
+  auto copy = [](const at::Tensor& t) {
+    if (!t.defined()) return t;
+    at::Tensor c = at::empty_strided(t.sizes(), t.strides(), t.options());
+    return c.copy_(t);
+  };
+  return mapTensors(iv, copy);
+}
+
+// Same sizes, dtype and strides (strides only where they matter: dims
+// longer than 1 of a non-empty tensor), and no conjugate/negative bit.
+bool sameLayout(const at::Tensor& t, const TensorRef& ref) {
+  if (t.scalar_type() != ref.dtype || t.sizes() != c10::IntArrayRef(ref.sizes)) return false;
+  if (t.is_conj() || t.is_neg()) return false;
+  if (t.numel() == 0) return true;
+  for (size_t d = 0; d < ref.sizes.size(); ++d) {
+    if (ref.sizes[d] > 1 && t.strides()[d] != ref.strides[d]) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Kernel::run() const {
+  at::AutoDispatchBelowADInplaceOrView below;
+  torch::jit::Stack s;
+  s.reserve(slots.size() + outs.size());
+  CpuStorages storages;
+  // Every tensor the kernel may write, with the layout it must keep.
+  c10::SmallVector<std::pair<at::Tensor, const TensorRef*>, 4> given;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    s.push_back(rebuild(slots[i], storages));
+    if (!plan->writtenArg[i]) continue;
+    const auto& refs = slots[i].tensors;
+    if (s.back().isTensor() && !refs.empty() && refs[0]) {
+      given.emplace_back(s.back().toTensor(), &*refs[0]);
+    } else if (s.back().isTensorList()) {
+      c10::List<at::Tensor> list = s.back().toTensorList();
+      for (size_t j = 0; j < refs.size(); ++j)
+        if (refs[j]) given.emplace_back(list.get(j), &*refs[j]);
+    }
+  }
+  if (viaOut) {
+    for (const auto& o : outs) {
+      s.emplace_back(o->cpu(storages));
+      given.emplace_back(s.back().toTensor(), &*o);
+    }
+  }
+  target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+  for (const auto& [t, ref] : given) {
+    // (A kernel may also leave a conjugate or negative bit on an output,
+    // as linalg_lu_solve does: its memory then holds other values.)
+    if (t.data_ptr() != ref->data || t.sizes() != c10::IntArrayRef(ref->sizes) ||
+        t.strides() != c10::IntArrayRef(ref->strides) || t.scalar_type() != ref->dtype ||
+        t.is_conj() || t.is_neg())
+      return false;
+  }
+  if (viaOut) return true;
+  // No out= overload: copy the fresh results into place.
+  size_t f = 0;
+  for (size_t r = 0; r < plan->returnArg.size(); ++r) {
+    if (plan->returnArg[r] >= 0) continue;
+    const auto& o = outs[f++];
+    if (!o) continue;
+    const at::Tensor& result = s[r].toTensor();
+    if (!sameLayout(result, *o)) return false;
+    o->cpu().copy_(result);
+  }
+  return true;
+}
+
+bool Kernel::functionalLayoutsMatch(const c10::OperatorHandle& op,
+                                  std::vector<std::optional<TensorMeta>>* layouts) const {
+  at::AutoDispatchBelowADInplaceOrView below;
+  torch::jit::Stack s;
+  s.reserve(slots.size());
+  CpuStorages storages;
+  for (const ArgSlot& slot : slots) s.push_back(copyOf(rebuild(slot, storages)));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+  size_t f = 0;
+  bool match = true;
+  for (size_t r = 0; r < plan->returnArg.size(); ++r) {
+    if (plan->returnArg[r] >= 0) continue;
+    const auto& o = outs[f++];
+    const bool defined = s[r].isTensor() && s[r].toTensor().defined();
+    if (layouts != nullptr) {
+      layouts->push_back(defined ? std::optional<TensorMeta>(TensorMeta(s[r].toTensor()))
+                                 : std::nullopt);
+    }
+    if (!o ? defined : !defined || !sameLayout(s[r].toTensor(), *o)) match = false;
+  }
+  return match;
+}
+
+nrtBufferRange spanOf(const TensorRef& r) {
+  return bufferSpan(r.data, r.sizes, r.strides, c10::elementSize(r.dtype));
+}
+
+// The work item of a queued kernel: its op and the buffers it reads and writes.
+WorkDesc describe(const Kernel& k) {
+  WorkDesc work;
+  work.name = k.plan->name.c_str();
+  for (size_t i = 0; i < k.slots.size(); ++i) {
+    auto& list = k.plan->writtenArg[i] ? work.writes : work.reads;
+    for (const auto& ref : k.slots[i].tensors)
+      if (ref) list.push_back(spanOf(*ref));
+  }
+  for (const auto& o : k.outs)
+    if (o) work.writes.push_back(spanOf(*o));
+  return work;
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,82 @@
+// A queued op of the asynchronous generic path (AsyncPath.cpp): the op's
+// CPU kernel over CPU tensors aliasing device memory, run by the executor (or
+// inline, or on scratch memory, to verify a kind of call: Verification.h).
+#pragma once
+
+#include "aten/KernelArgs.h"
+#include "aten/Launch.h"
+#include "aten/MetaPass.h"
+#include "aten/OpPlan.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+#include <optional>
+#include <vector>
+
+namespace torchneuron {
+
+// Warnings of an inline try, passed on only when the try was the op's run.
+struct HeldWarnings : c10::WarningHandler {
+  std::vector<c10::Warning> warnings;
+  void process(const c10::Warning& w) override { warnings.push_back(w); }
+  void replay() {
+    for (const auto& w : warnings) c10::warn(w);
+  }
+};
+
+// One queued op: the CPU kernel over CPU tensors aliasing device memory.
+struct Kernel {
+  c10::OperatorHandle target;  // the out= overload, or the op itself
+  bool viaOut;
+  const Plan* plan;
+  std::vector<ArgSlot> slots;
+  std::vector<std::optional<TensorRef>> outs;
+
+  // Runs the kernel; false when it did not write into the layouts and
+  // memory it was given (a kernel that resized or re-pointed an output wrote
+  // somewhere else: its results are not on the device).
+  bool run() const;
+
+  // Whether CPU's functional kernel gives its fresh results the layouts the
+  // Meta pass gave (a result's strides steer the kernels that read it: a
+  // transposed Vh from svd sends a later mm down another BLAS route). Runs
+  // the op again, into CPU memory, on copies of its arguments (some schemas
+  // do not say what they write: native_batch_norm updates running stats).
+  bool functionalLayoutsMatch(const c10::OperatorHandle& op,
+                              std::vector<std::optional<TensorMeta>>* layouts = nullptr) const;
+
+  // run() on the host; false (and its warnings dropped: the synchronous path
+  // gives the op's own) when it raised or did not keep the layouts.
+  bool tryInline() const {
+    return tryQuietly([&] { return run(); }, /*replayOnSuccess=*/true);
+  }
+
+  // f() with its exceptions meaning false and its warnings held back: passed
+  // on only when replayOnSuccess and f() succeeded.
+  template <class F>
+  static bool tryQuietly(F&& f, bool replayOnSuccess = false) {
+    HeldWarnings held;
+    bool ok = false;
+    {
+      c10::WarningUtils::WarningHandlerGuard guard(&held);
+      try {
+        ok = f();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (ok && replayOnSuccess) held.replay();
+    return ok;
+  }
+};
+
+// The work item of a queued kernel: its op and the buffers it reads and
+// writes.
+WorkDesc describe(const Kernel& k);
+
+// The device bytes a tensor reference spans.
+nrtBufferRange spanOf(const TensorRef& r);
+
+}  // namespace torchneuron
