@@ -28,7 +28,9 @@
 // its code is.
 #include "aten/Common.h"
 #include "aten/Launch.h"
+#include "aten/KernelArgs.h"
 #include "aten/OpTracking.h"
+#include "aten/QueuedKernel.h"
 #include "core/HostWait.h"
 #include "core/Stream.h"
 
@@ -61,22 +63,6 @@ struct OutputLayout {
   std::vector<int64_t> strides;
   int aliasOf = -1;
   int64_t byteOffset = 0;
-};
-
-// A device tensor as the work item sees it: raw pointer and metadata only
-// (stream-ordered reuse keeps the memory valid, see launchWork).
-struct RawTensor {
-  void* data;
-  at::ScalarType dtype;
-  std::vector<int64_t> sizes;
-  std::vector<int64_t> strides;
-
-  explicit RawTensor(const at::Tensor& t)
-      : data(t.data_ptr()), dtype(t.scalar_type()), sizes(t.sizes().vec()),
-        strides(t.strides().vec()) {}
-  at::Tensor onHost() const {
-    return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
-  }
 };
 
 std::vector<int64_t> layoutKey(const std::vector<at::Tensor>& inputs) {
@@ -249,24 +235,22 @@ class NeuronAotiRunner final : public AOTIModelContainerRunner {
     if (cause == WaitCause::Verification) remember(layoutKey(inputs), layouts);
     std::vector<at::Tensor> results;
     for (size_t i = 0; i < outs.size(); ++i) {
-      const OutputLayout& l = layouts[i];
-      if (l.aliasOf >= 0) {
-        results.push_back(viewOfInput(inputs[l.aliasOf], l));
-      } else {
-        results.push_back(allocate(l, device));
-        cpuAlias(results.back()).copy_(outs[i]);
-      }
+      results.push_back(outputFor(layouts[i], inputs, device));
+      if (layouts[i].aliasOf < 0) cpuAlias(results.back()).copy_(outs[i]);
     }
     return results;
   }
 
-  static at::Tensor allocate(const OutputLayout& l, c10::DeviceIndex device) {
-    return at::empty_strided(l.sizes, l.strides,
-                             at::TensorOptions().dtype(l.dtype).device(
-                                 c10::Device(c10::DeviceType::PrivateUse1, device)));
-  }
-
-  static at::Tensor viewOfInput(const at::Tensor& input, const OutputLayout& l) {
+  // Output `l` on the device: a view of the input it aliases, else fresh
+  // memory from the caching allocator.
+  static at::Tensor outputFor(const OutputLayout& l, const std::vector<at::Tensor>& inputs,
+                              c10::DeviceIndex device) {
+    if (l.aliasOf < 0) {
+      return at::empty_strided(l.sizes, l.strides,
+                               at::TensorOptions().dtype(l.dtype).device(
+                                   c10::Device(c10::DeviceType::PrivateUse1, device)));
+    }
+    const at::Tensor& input = inputs[l.aliasOf];
     const int64_t itemsize = static_cast<int64_t>(c10::elementSize(l.dtype));
     TORCH_CHECK(l.byteOffset % itemsize == 0 && input.scalar_type() == l.dtype,
                 "AOTInductor package for neuron: an output views an input with another dtype");
@@ -278,19 +262,19 @@ class NeuronAotiRunner final : public AOTIModelContainerRunner {
   std::vector<at::Tensor> launch(const std::vector<at::Tensor>& inputs,
                                  const std::vector<OutputLayout>& layouts,
                                  c10::DeviceIndex device) {
+    // The work item holds raw pointers and geometry only (see launchWork).
     std::vector<at::Tensor> results;
     WorkDesc work;
     work.name = name_;
-    std::vector<RawTensor> ins, outs;
+    std::vector<TensorRef> ins, outs;
     for (const auto& t : inputs) {
-      ins.emplace_back(t);
-      work.reads.push_back(bufferSpan(t.data_ptr(), t.sizes(), t.strides(), t.element_size()));
+      ins.emplace_back(t, /*written=*/false);
+      work.reads.push_back(spanOf(ins.back()));
     }
     for (const auto& l : layouts) {
-      results.push_back(l.aliasOf >= 0 ? viewOfInput(inputs[l.aliasOf], l) : allocate(l, device));
-      const auto& r = results.back();
-      outs.emplace_back(r);
-      work.writes.push_back(bufferSpan(r.data_ptr(), r.sizes(), r.strides(), r.element_size()));
+      results.push_back(outputFor(l, inputs, device));
+      outs.emplace_back(results.back());
+      work.writes.push_back(spanOf(outs.back()));
     }
     {
       std::lock_guard<std::mutex> lock(pendingMu_);
@@ -316,10 +300,10 @@ class NeuronAotiRunner final : public AOTIModelContainerRunner {
 
   // Runs on the executor: the model on host views of the device tensors,
   // its outputs checked against the learned layouts and copied into place.
-  void runQueued(const std::vector<RawTensor>& ins, const std::vector<RawTensor>& outs,
+  void runQueued(const std::vector<TensorRef>& ins, const std::vector<TensorRef>& outs,
                  const std::vector<OutputLayout>& layouts) {
     std::vector<at::Tensor> views;
-    for (const auto& r : ins) views.push_back(r.onHost());
+    for (const auto& r : ins) views.push_back(r.cpu());
     auto got = runOnCpu(views);
     TORCH_CHECK(got.size() == outs.size(), name_, ": the model returned ", got.size(),
                 " outputs, expected ", outs.size());
@@ -333,7 +317,7 @@ class NeuronAotiRunner final : public AOTIModelContainerRunner {
                   c10::IntArrayRef(l.sizes), " and ", c10::IntArrayRef(l.strides),
                   " (the neuron runner does not support outputs whose layout depends on input "
                   "values)");
-      if (l.aliasOf < 0) outs[i].onHost().copy_(got[i]);
+      if (l.aliasOf < 0) outs[i].cpu().copy_(got[i]);
     }
   }
 
