@@ -24,6 +24,13 @@ requires_async = pytest.mark.skipif(
     LAUNCH_BLOCKING, reason="observes asynchronous execution; NEURON_LAUNCH_BLOCKING=1")
 
 
+# Compile-heavy tests (models, the OpInfo slice, AOTInductor packages) run in
+# make test's plain pass; the NEURON_LAUNCH_BLOCKING=1 pass reruns the light
+# ones (kernels then run inside their launch), to keep make test's time down.
+compile_heavy = pytest.mark.skipif(
+    LAUNCH_BLOCKING, reason="compile-heavy: run in the plain pass only")
+
+
 # Multi-process suites (tests/distributed): their launch-blocking behaviour
 # is covered by the collective matrix, point-to-point and pipeline tests;
 # the rest run in the plain pass only (each launch starts interpreters).

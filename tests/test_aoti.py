@@ -7,7 +7,6 @@ both devices the same way (the models here avoid the few lowerings it makes
 by device type: see test_compile.py). A neuron package's call is one queued
 work item ("aoti::<model>"): the host does not wait behind a busy stream.
 """
-import os
 import time
 
 import pytest
@@ -15,15 +14,13 @@ import torch
 import torch.nn as nn
 
 import torchneuron
-from conftest import requires_async
+from conftest import compile_heavy as heavy, requires_async
 
 N = torch.device("neuron")
 # torch 2.14 precompiles a header named after the package's device, which it
 # ships only for its own devices (torchneuron/compiler/aoti.py).
 CONFIGS = {"aot_inductor.precompile_headers": False}
 
-heavy = pytest.mark.skipif(os.environ.get("NEURON_LAUNCH_BLOCKING") == "1",
-                           reason="compile-heavy: run in the plain pass only")
 
 
 def _bitwise(a, b):

@@ -27,18 +27,13 @@ import torch.nn.functional as F
 import torchneuron
 from tiny_models import tiny_llama
 
-from conftest import requires_async
+from conftest import compile_heavy as heavy, requires_async
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from train_gpt import GPT  # noqa: E402
 
 N = torch.device("neuron")
 
-# The compile-heavy tests (models, the OpInfo slice) run in make test's plain
-# pass; the NEURON_LAUNCH_BLOCKING=1 pass reruns the light ones (kernels then
-# run inside their launch), to keep make test's time down.
-heavy = pytest.mark.skipif(os.environ.get("NEURON_LAUNCH_BLOCKING") == "1",
-                           reason="compile-heavy: run in the plain pass only")
 
 
 def _bitwise(a, b):
