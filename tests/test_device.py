@@ -208,3 +208,40 @@ def test_compute_threads_setting_is_applied():
     # count; torch's setting is never changed.
     kernel = "2" if LAUNCH_BLOCKING else "1"
     assert r.stdout.split() == [kernel, "1", "2"], r.stdout
+
+
+def test_idle_openmp_teams_are_released():
+    # libgomp's workers spin between regions only while all live teams fit the
+    # cores; an idle team elsewhere makes every region pay OS wake-ups (see
+    # csrc/core/ComputeThreads.cpp). So the launching thread's idle CPU team
+    # goes at a launch, and the device's goes when its worker falls idle:
+    # counted here as the process's threads (a team of 2 is one extra thread).
+    r = run_python("""
+        import os, time, torch, torchneuron
+        torch.set_num_threads(2)
+        def threads():
+            time.sleep(0.2)  # executor workers poll ~0.2 ms, then go idle
+            return len(os.listdir("/proc/self/task"))
+        big = torch.ones(1 << 20)
+        torch.ones(4, device="neuron").add(1).cpu()  # the runtime's threads start
+        base = threads()
+        (big * 2).sum()  # a parallel CPU op: the host thread gets a team
+        with_cpu_team = threads()
+        x = torch.ones(1 << 20, device="neuron")
+        y = (x * 2).sum()  # a launch releases the host's team; the device computes
+        torch.neuron.synchronize()
+        after_device = threads()
+        (big * 2).sum()
+        print(base, with_cpu_team, after_device, threads(), torch.get_num_threads(),
+              y.item() == (big * 2).sum().item())
+    """)
+    assert r.returncode == 0, r.stderr
+    base, with_cpu_team, after_device, cpu_again, n, same = r.stdout.split()
+    if LAUNCH_BLOCKING:
+        # Device work runs on the host thread: its team is the device's and stays.
+        assert int(after_device) == int(with_cpu_team), r.stdout
+    else:
+        assert int(with_cpu_team) == int(base) + 1, r.stdout
+        assert int(after_device) == int(base), r.stdout  # both teams released
+        assert int(cpu_again) == int(base) + 1, r.stdout  # CPU builds its team again
+    assert n == "2" and same == "True", r.stdout

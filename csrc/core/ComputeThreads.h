@@ -10,6 +10,10 @@
 //   torch.set_num_threads (and OMP_NUM_THREADS, torchrun's 1 per process)
 //   bounds the device's compute as it bounds CPU's.
 // Both sides cost a thread-local read and a relaxed atomic per launch.
+// The OpenMP teams of threads that do not compute now are released (the
+// launching thread's at each launch, an executor worker's when it goes
+// idle): idle teams make every team's threads sleep between regions (see
+// releaseTeam in the .cpp for the measurements).
 // Work run on a launching thread (NEURON_LAUNCH_BLOCKING=1) keeps that
 // thread's own count: torch's setting is never changed.
 #pragma once

@@ -41,6 +41,11 @@ bool spinUntil(Pred pred) {
 
 }  // namespace
 
+std::atomic<nrtWorkerIdleFn>& workerIdleHook() {
+  static std::atomic<nrtWorkerIdleFn> hook{nullptr};
+  return hook;
+}
+
 KernelContext*& currentKernel() {
   static thread_local KernelContext* ctx = nullptr;
   return ctx;
@@ -188,6 +193,7 @@ void Executor::resume(Stream* s) {
 void Executor::workerLoop() {
   std::vector<Task> batch;
   batch.reserve(kBatch);
+  bool idleHookRan = true;  // nothing to release before the first work
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     Stream* s = popReadyLocked();
@@ -201,6 +207,18 @@ void Executor::workerLoop() {
         lk.lock();
       }
       s = popReadyLocked();
+      if (!s && !idleHookRan) {
+        // Once per idle spell, before sleeping: the layer above releases
+        // what its kernels held on this thread (without our lock: it may
+        // take a while, and work queued meanwhile is picked up below).
+        idleHookRan = true;
+        if (nrtWorkerIdleFn hook = workerIdleHook().load(std::memory_order_acquire)) {
+          lk.unlock();
+          hook();
+          lk.lock();
+          s = popReadyLocked();
+        }
+      }
       if (!s) {
         sleepingWorkers_++;
         workCv_.wait(lk, [this] { return readyCount_.load(std::memory_order_relaxed) > 0; });
@@ -208,6 +226,7 @@ void Executor::workerLoop() {
         continue;
       }
     }
+    idleHookRan = false;
     // Streams made ready while a worker polled woke nobody (makeReadyLocked):
     // hand any still waiting to a sleeping worker, since this one may be
     // held by its stream's task for long (a kernel waiting on the host).

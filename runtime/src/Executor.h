@@ -98,6 +98,9 @@ struct KernelContext {
 };
 KernelContext*& currentKernel();
 
+// The hook a worker runs before it sleeps (nrtSetWorkerIdleHook), or null.
+std::atomic<nrtWorkerIdleFn>& workerIdleHook();
+
 // Runs a kernel task on this thread; returns the failure to record, if any.
 KernelErrorPtr runKernel(Task& t, nrtStream_t stream);
 

@@ -51,6 +51,11 @@ nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn
   return NRT_SUCCESS;
 }
 
+nrtStatus nrtSetWorkerIdleHook(nrtWorkerIdleFn fn) {
+  workerIdleHook().store(fn, std::memory_order_release);
+  return NRT_SUCCESS;
+}
+
 nrtStatus nrtLaunchKernel(nrtStream_t stream, const char* name, nrtKernelFn fn, const void* args,
                           size_t argsSize) {
   nrtWorkDesc desc{};

@@ -1,8 +1,12 @@
 // LaunchTest.cpp — kernel launch: where kernels run, argument copies, names,
 // and how failures surface (and that streams keep working afterwards).
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "TestUtil.h"
 
@@ -50,6 +54,57 @@ TEST(Launch, RunsOnExecutorUnlessBlocking) {
   else EXPECT_NE(where, std::this_thread::get_id());
   EXPECT_EQ(seen, s);
   EXPECT_EQ(nrtKernelCurrentStream(), 0u);
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+namespace {
+std::mutex gIdleMu;
+std::vector<std::thread::id> gIdleThreads;
+void recordIdle() {
+  std::lock_guard<std::mutex> lk(gIdleMu);
+  gIdleThreads.push_back(std::this_thread::get_id());
+}
+// Waits up to 2 s for the idle hook to have run `n` times in all.
+size_t idleCallsAfterWaiting(size_t n) {
+  for (int i = 0; i < 2000; ++i) {
+    {
+      std::lock_guard<std::mutex> lk(gIdleMu);
+      if (gIdleThreads.size() >= n) return gIdleThreads.size();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::lock_guard<std::mutex> lk(gIdleMu);
+  return gIdleThreads.size();
+}
+}  // namespace
+
+TEST(Launch, IdleHookRunsOnTheWorkerOncePerIdleSpell) {
+  if (launchBlocking()) GTEST_SKIP() << "blocking mode runs kernels on the caller";
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  NRT_OK(nrtSetWorkerIdleHook(recordIdle));
+  for (int spell = 1; spell <= 2; ++spell) {
+    std::thread::id where;
+    nrtStream_t seen = 0;
+    ThreadArgs args{&where, &seen};
+    NRT_OK(nrtLaunchKernel(s, "aten::where_am_i", recordThread, &args, sizeof args));
+    NRT_OK(nrtStreamSynchronize(s));
+    // The worker that ran the kernel goes idle and runs the hook before it
+    // sleeps (other workers may have run it at their own idle spells too).
+    idleCallsAfterWaiting(1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // well past the polling
+    std::lock_guard<std::mutex> lk(gIdleMu);
+    ASSERT_FALSE(gIdleThreads.empty());
+    EXPECT_EQ(std::count(gIdleThreads.begin(), gIdleThreads.end(), where), 1)
+        << "spell " << spell << ": once on the kernel's worker";
+    gIdleThreads.clear();
+  }
+  // Asleep workers run nothing more; without a hook, nothing runs.
+  NRT_OK(nrtSetWorkerIdleHook(nullptr));
+  NRT_OK(nrtLaunchKernel(s, "aten::noop", [](void*) { return NRT_SUCCESS; }, nullptr, 0));
+  NRT_OK(nrtStreamSynchronize(s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(idleCallsAfterWaiting(0), 0u);
   NRT_OK(nrtStreamDestroy(s));
 }
 

@@ -327,6 +327,16 @@ NRT_API nrtStatus nrtKernelSetError(const char* message);
 /* The stream the calling kernel runs on, or 0 outside a kernel. */
 NRT_API nrtStream_t nrtKernelCurrentStream(void);
 
+/* Runs fn on an executor thread each time it is about to sleep for lack of
+ * work (after polling briefly), once per idle spell. Kernels are host code:
+ * the layer above may hold per-thread resources for them (e.g. a compute
+ * thread team) and releases them here, so that an idle device does not keep
+ * the host's other compute threads from running at full speed. One hook per
+ * process, for all devices; NULL removes it. fn must not wait for device
+ * work. Never fails. */
+typedef void (*nrtWorkerIdleFn)(void);
+NRT_API nrtStatus nrtSetWorkerIdleHook(nrtWorkerIdleFn fn);
+
 /* ------------------------------------------------------------------------ */
 /* Work records                                                              */
 /* ------------------------------------------------------------------------ */
