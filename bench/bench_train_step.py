@@ -24,25 +24,34 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_gpt import GPT, batches, load_corpus, make_optimizer  # noqa: E402
 
 
-def step_time(device, data, vocab, args):
-    torch.manual_seed(0)
-    model = GPT(vocab, args.block).to(device)
-    opt, sched = make_optimizer(model, 1e-3, args.warmup + args.steps, fused=args.fused)
+def train(device, opt, sched, loss_at, steps, warmup):
+    """Runs `steps` training steps (loss_at(i): step i's loss); returns the
+    median time (ms) of the steps after `warmup` and every step's loss."""
     sync = torch.neuron.synchronize if device.startswith("neuron") else (lambda: None)
-    batch_list = [(x.to(device), y.to(device))
-                  for x, y in batches(data, args.warmup + args.steps, args.batch, args.block, 0)]
-    times = []
-    for i, (x, y) in enumerate(batch_list):
+    times, losses = [], []
+    for i in range(steps):
         start = time.perf_counter()
-        _, loss = model(x, y)
+        loss = loss_at(i)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
         sync()
-        if i >= args.warmup:
+        if i >= warmup:
             times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        losses.append(loss.detach())
+    return statistics.median(times) * 1e3, losses
+
+
+def step_time(device, data, vocab, args):
+    torch.manual_seed(0)
+    model = GPT(vocab, args.block).to(device)
+    opt, sched = make_optimizer(model, 1e-3, args.warmup + args.steps, fused=args.fused)
+    batch_list = [(x.to(device), y.to(device))
+                  for x, y in batches(data, args.warmup + args.steps, args.batch, args.block, 0)]
+    ms, _ = train(device, opt, sched, lambda i: model(*batch_list[i])[1],
+                  args.warmup + args.steps, args.warmup)
+    return ms
 
 
 def model_step_time(name, device, args):
@@ -56,21 +65,10 @@ def model_step_time(name, device, args):
     batch = tuple(t.to(device) for t in batch)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
-    sync = torch.neuron.synchronize if device.startswith("neuron") else (lambda: None)
-    times, losses = [], []
-    for i in range(args.warmup + args.steps):
-        start = time.perf_counter()
-        loss = loss_fn(model, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        sync()
-        if i >= args.warmup:
-            times.append(time.perf_counter() - start)
-        losses.append(loss.detach())
+    ms, losses = train(device, opt, sched, lambda i: loss_fn(model, batch),
+                       args.warmup + args.steps, args.warmup)
     params = [p.detach().cpu() for p in model.parameters()]
-    return statistics.median(times) * 1e3, [l.item() for l in losses], params
+    return ms, [l.item() for l in losses], params
 
 
 def compare_models(args):
