@@ -137,6 +137,9 @@ void drainDevicesAtExit() noexcept {
   // were torn down (an abort at exit, "terminate called without an active
   // exception"). Called before that teardown starts: wait for every device.
   if (!g_initialized.load() || g_in_bad_fork.load()) return;
+  // Idle workers stop releasing compute teams (ComputeThreads.cpp): that
+  // too is host-library code, which must not run during the teardown.
+  (void)nrtSetWorkerIdleHook(nullptr);
   for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
     // A kernel failure nobody synchronized for is not an exit error (as on
     // CUDA); it was reported to no one and is dropped here.

@@ -41,9 +41,25 @@ bool spinUntil(Pred pred) {
 
 }  // namespace
 
-std::atomic<nrtWorkerIdleFn>& workerIdleHook() {
-  static std::atomic<nrtWorkerIdleFn> hook{nullptr};
-  return hook;
+namespace {
+std::atomic<nrtWorkerIdleFn> gIdleHook{nullptr};
+std::atomic<int> gIdleHookCalls{0};  // calls in progress
+}  // namespace
+
+void setWorkerIdleHook(nrtWorkerIdleFn fn) {
+  gIdleHook.store(fn);
+  if (fn) return;
+  // seq_cst with runWorkerIdleHook: a call that began before the store is
+  // counted here; one that begins after it loads null.
+  while (gIdleHookCalls.load() != 0) std::this_thread::yield();
+}
+
+bool runWorkerIdleHook() {
+  gIdleHookCalls.fetch_add(1);
+  nrtWorkerIdleFn hook = gIdleHook.load();
+  if (hook) hook();
+  gIdleHookCalls.fetch_sub(1);
+  return hook != nullptr;
 }
 
 KernelContext*& currentKernel() {
@@ -212,12 +228,10 @@ void Executor::workerLoop() {
         // what its kernels held on this thread (without our lock: it may
         // take a while, and work queued meanwhile is picked up below).
         idleHookRan = true;
-        if (nrtWorkerIdleFn hook = workerIdleHook().load(std::memory_order_acquire)) {
-          lk.unlock();
-          hook();
-          lk.lock();
-          s = popReadyLocked();
-        }
+        lk.unlock();
+        const bool ran = runWorkerIdleHook();
+        lk.lock();
+        if (ran) s = popReadyLocked();
       }
       if (!s) {
         sleepingWorkers_++;

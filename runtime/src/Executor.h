@@ -98,8 +98,11 @@ struct KernelContext {
 };
 KernelContext*& currentKernel();
 
-// The hook a worker runs before it sleeps (nrtSetWorkerIdleHook), or null.
-std::atomic<nrtWorkerIdleFn>& workerIdleHook();
+// The hook a worker runs before it sleeps (nrtSetWorkerIdleHook). Setting
+// null returns once no call of the old hook is running.
+void setWorkerIdleHook(nrtWorkerIdleFn fn);
+// Runs the hook, if one is set, on this thread; whether one was.
+bool runWorkerIdleHook();
 
 // Runs a kernel task on this thread; returns the failure to record, if any.
 KernelErrorPtr runKernel(Task& t, nrtStream_t stream);

@@ -52,7 +52,7 @@ nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn
 }
 
 nrtStatus nrtSetWorkerIdleHook(nrtWorkerIdleFn fn) {
-  workerIdleHook().store(fn, std::memory_order_release);
+  setWorkerIdleHook(fn);
   return NRT_SUCCESS;
 }
 

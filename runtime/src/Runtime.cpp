@@ -59,6 +59,7 @@ void Runtime::onExit() {
   // before the interpreter tears down).
   Runtime* rt = instance();
   if (rt->forked_.load() || rt->startStatus_ != NRT_SUCCESS) return;
+  setWorkerIdleHook(nullptr);  // idle workers run nothing of the layers above from now
   for (auto& d : rt->devices_) (void)d.executor->synchronizeAll();
 }
 

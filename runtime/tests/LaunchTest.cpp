@@ -108,6 +108,30 @@ TEST(Launch, IdleHookRunsOnTheWorkerOncePerIdleSpell) {
   NRT_OK(nrtStreamDestroy(s));
 }
 
+namespace {
+std::atomic<int> gSlowHookState{0};  // 1: running, 2: finished
+void slowIdleHook() {
+  gSlowHookState.store(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gSlowHookState.store(2);
+}
+}  // namespace
+
+TEST(Launch, RemovingTheIdleHookWaitsForARunningCall) {
+  // What the exit path relies on: once the hook is removed, none of it runs.
+  if (launchBlocking()) GTEST_SKIP() << "blocking mode runs kernels on the caller";
+  gSlowHookState.store(0);
+  NRT_OK(nrtSetWorkerIdleHook(slowIdleHook));
+  NRT_OK(nrtLaunchKernel(defaultStream(), "aten::noop", [](void*) { return NRT_SUCCESS; },
+                         nullptr, 0));
+  NRT_OK(nrtStreamSynchronize(defaultStream()));
+  for (int i = 0; i < 2000 && gSlowHookState.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(gSlowHookState.load(), 1) << "the worker went idle and is in the hook";
+  NRT_OK(nrtSetWorkerIdleHook(nullptr));
+  EXPECT_EQ(gSlowHookState.load(), 2);
+}
+
 TEST(Launch, ArgumentsAreCopiedAtLaunch) {
   nrtStream_t s = defaultStream(1);
   int sum = 0;

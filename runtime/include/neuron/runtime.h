@@ -332,8 +332,9 @@ NRT_API nrtStream_t nrtKernelCurrentStream(void);
  * the layer above may hold per-thread resources for them (e.g. a compute
  * thread team) and releases them here, so that an idle device does not keep
  * the host's other compute threads from running at full speed. One hook per
- * process, for all devices; NULL removes it. fn must not wait for device
- * work. Never fails. */
+ * process, for all devices; NULL removes it and returns once no call of
+ * the old hook is still running (the runtime removes it at exit, before
+ * anything is torn down). fn must not wait for device work. Never fails. */
 typedef void (*nrtWorkerIdleFn)(void);
 NRT_API nrtStatus nrtSetWorkerIdleHook(nrtWorkerIdleFn fn);
 
