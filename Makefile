@@ -15,7 +15,7 @@ BACKEND := $(wildcard setup.py)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all demo test build bench bench-py deps venv runtime-tests runtime-demo sanitize \
+.PHONY: all demo test build bench bench-py bench-pointwise deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests conformance clean fuzz fuzz-build fuzz-short \
         reliability exit-stress bench-compile bench-distributed test-distributed-long
 
@@ -145,7 +145,12 @@ bench: build
 
 bench-py: backend
 	$(PYTHON) bench/bench_small_ops.py
-	$(PYTHON) bench/bench_train_step.py
+	$(PYTHON) bench/bench_train_step.py --models resnet18,llama
+
+# Pointwise chains (GELU-tanh, LayerNorm, AdamW) on 1M and 16M elements, neuron
+# vs CPU eager, and the fraction of a STREAM-style triad's bandwidth they reach.
+bench-pointwise: backend
+	$(PYTHON) bench/bench_pointwise.py
 
 # torch.compile: compiled neuron vs compiled CPU vs eager CPU, and compile time.
 bench-compile: backend

@@ -1,0 +1,132 @@
+"""Pointwise chains on `neuron` vs PyTorch CPU eager, and the memory bandwidth they reach.
+
+    python bench/bench_pointwise.py                  (make bench-pointwise runs this)
+    python bench/bench_pointwise.py --sizes 1M       (one size)
+
+The eager-speed issue's third target: chains of pointwise ops on 1-16 M
+elements (a decomposed GELU-tanh, a decomposed LayerNorm over rows of 1024, an
+AdamW step over many parameters with PyTorch's default AdamW) at >= 2x CPU
+eager, and the fraction of this machine's memory bandwidth they reach. The
+bandwidth reference is a STREAM-style triad (a = b + s * c, float32, 3 x 4
+bytes per element) on CPU, best of the repeats. A chain's bandwidth counts
+each op's reads and writes once (what unfused execution must move); a fused
+pass moves less and could show above 1.0 of the triad.
+
+Every chain runs on both devices from the same inputs; results are compared
+bitwise (a chain that differs is reported, never timed silently). Devices
+alternate between repeats so both see the same machine load; the load
+average is printed.
+"""
+import argparse
+import math
+import os
+import statistics
+import time
+
+import torch
+
+
+def gelu_tanh(x):
+    # GELU's tanh approximation, written out as a model would (9 ops).
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def layer_norm_rows(x):
+    # LayerNorm over the last dim (1024), decomposed (no affine).
+    mean = x.mean(-1, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(-1, keepdim=True)
+    return centered * torch.rsqrt(var + 1e-5)
+
+
+CHAINS = {
+    # name: (function, bytes an unfused run moves per element: each op's
+    # element reads and writes, a tensor read twice by one op counted once)
+    "gelu_tanh": (gelu_tanh, 4 * (13 + 9)),  # 9 ops
+    "layer_norm": (layer_norm_rows, 4 * (5 + 3)),  # per-row statistics not counted
+}
+
+
+def parse_size(s):
+    return int(float(s[:-1]) * (1 << 20)) if s.endswith("M") else int(s)
+
+
+def sync(device):
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def timed(fn, device, iters):
+    fn()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / iters
+
+
+def triad_gbs(n, repeats):
+    b, c = torch.rand(n), torch.rand(n)
+    a = torch.empty(n)
+    best = min(timed(lambda: torch.add(b, c, alpha=3.0, out=a), "cpu", 10) for _ in range(repeats))
+    return 3 * 4 * n / best / 1e9
+
+
+def adamw_setup(device, n, tensors):
+    torch.manual_seed(0)
+    sizes = [n // tensors] * tensors
+    # Made on CPU and moved: both devices start from the same values.
+    params = [torch.nn.Parameter(torch.randn(s).to(device)) for s in sizes]
+    for p in params:
+        p.grad = torch.randn(p.shape).to(device)
+    opt = torch.optim.AdamW(params, lr=1e-3)  # PyTorch's default: foreach on neuron
+    return params, opt
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="1M,16M")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iters", type=int, default=5)
+    args = p.parse_args()
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          f"torch threads {torch.get_num_threads()}")
+    for size in args.sizes.split(","):
+        n = parse_size(size)
+        triad = triad_gbs(n, args.repeats)
+        print(f"{size}: STREAM-style triad on CPU {triad:.1f} GB/s")
+        x_cpu = torch.randn(n // 1024, 1024, generator=torch.Generator().manual_seed(0))
+        x_dev = x_cpu.to("neuron")
+        for name, (fn, bytes_per_elem) in CHAINS.items():
+            same = torch.equal(fn(x_cpu), fn(x_dev).cpu())
+            res = {"cpu": [], "neuron": []}
+            for _ in range(args.repeats):
+                for device, x in (("cpu", x_cpu), ("neuron", x_dev)):
+                    res[device].append(timed(lambda: fn(x), device, args.iters))
+            c, d = statistics.median(res["cpu"]), statistics.median(res["neuron"])
+            gbs = lambda t: bytes_per_elem * n / t / 1e9  # noqa: E731
+            print(f"  {name:<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
+                  f"speed neuron / cpu {c / d:.2f}x (target >= 2)  bandwidth cpu {gbs(c):.1f} "
+                  f"GB/s ({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s "
+                  f"({gbs(d) / triad:.2f})  bitwise equal: {same}")
+        # AdamW (default, 64 tensors): per element the unfused foreach step
+        # makes 12 reads and 8 writes of float32 values (8 ops).
+        setups = {d: adamw_setup(d, n, 64) for d in ("cpu", "neuron")}
+        res = {"cpu": [], "neuron": []}
+        for _ in range(args.repeats):
+            for device, (_, opt) in setups.items():
+                res[device].append(timed(opt.step, device, args.iters))
+        same = all(torch.equal(a.detach(), b.detach().cpu())
+                   for a, b in zip(setups["cpu"][0], setups["neuron"][0]))
+        c, d = statistics.median(res["cpu"]), statistics.median(res["neuron"])
+        gbs = lambda t: 20 * 4 * n / t / 1e9  # noqa: E731
+        print(f"  {'adamw':<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
+              f"speed neuron / cpu {c / d:.2f}x (target >= 2)  bandwidth cpu {gbs(c):.1f} GB/s "
+              f"({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s ({gbs(d) / triad:.2f})"
+              f"  parameters bitwise equal: {same}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
