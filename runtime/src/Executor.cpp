@@ -86,6 +86,56 @@ KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
   return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg, t.name);
 }
 
+KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t* ran) {
+  nrtFuser* fuser = tasks[0].fuser;
+  size_t count = 1;
+  while (count < avail && count < NRT_MAX_FUSED && tasks[count].kind == Task::kKernel &&
+         tasks[count].fuser == fuser)
+    ++count;
+  *ran = 1;
+  if (count == 1) return runKernel(tasks[0], stream);
+  void* args[NRT_MAX_FUSED];
+  bool timed = false;
+  for (size_t k = 0; k < count; ++k) {
+    args[k] = tasks[k].args();
+    timed = timed || tasks[k].record != nullptr;
+  }
+  const uint64_t start = timed ? activity::nowNs() : 0;
+  KernelContext ctx;
+  ctx.stream = stream;
+  KernelContext*& slot = currentKernel();
+  KernelContext* outer = slot;
+  slot = &ctx;
+  size_t done = 0, failed = 0;
+  nrtStatus st = fuser->run(fuser, args, count, &done, &failed);
+  slot = outer;
+  if (done == 0 && st == NRT_SUCCESS) return runKernel(tasks[0], stream);  // declined
+  if (done == 0 || done > count || (st != NRT_SUCCESS && failed >= done)) {
+    // A fuser breaking its contract: what ran is unknown; fail every item offered.
+    done = count;
+    failed = 0;
+    st = NRT_ERROR_INTERNAL;
+    ctx.message = "the fuser reported an impossible result";
+    ctx.messageSet = true;
+  }
+  *ran = done;
+  const uint64_t end = timed ? activity::nowNs() : 0;
+  for (size_t k = 0; k < done; ++k) {
+    nrtActivityRecord* rec = tasks[k].record;
+    if (!rec) continue;
+    rec->fusedWith = tasks[0].workId;
+    rec->fusedCount = static_cast<uint32_t>(done);
+    activity::finish(rec, start, end, st != NRT_SUCCESS && k == failed ? st : NRT_SUCCESS);
+    tasks[k].record = nullptr;
+  }
+  if (st == NRT_SUCCESS) return nullptr;
+  const char* name = tasks[failed].name;
+  std::string msg = std::string("kernel '") + name + "' failed with " + nrtGetErrorName(st) +
+                    " (in a fused pass of " + std::to_string(done) + " items)";
+  if (ctx.messageSet) msg += ": " + ctx.message;
+  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg, name);
+}
+
 Executor::Executor(int device, int threads) : device_(device), threads_(threads) {
   // The host thread (enqueue) and the workers (pop, complete) take mu_ for
   // a few instructions several times per task: contended, a plain mutex
@@ -264,8 +314,12 @@ void Executor::workerLoop() {
     for (; ran < batch.size() && !park; ++ran) {
       Task& t = batch[ran];
       switch (t.kind) {
-        case Task::kKernel:
-          if (KernelErrorPtr failure = runKernel(t, handle)) {
+        case Task::kKernel: {
+          // A fusible item may take the fusible items behind it along.
+          size_t fused = 1;
+          KernelErrorPtr failure = t.fuser ? runFusible(&t, batch.size() - ran, handle, &fused)
+                                           : runKernel(t, handle);
+          if (failure) {
             // Recorded before the task counts as done, so a query that sees
             // the stream finished also sees the failure.
             std::lock_guard<std::mutex> g(mu_);
@@ -273,7 +327,9 @@ void Executor::workerLoop() {
             s->error = failure;
             errorBefore = failure;
           }
+          for (; fused > 1; --fused, ++ran) countDone(s);  // the first counts below
           break;
+        }
         case Task::kRecord: {
           // The stream's count and the event move together (under our lock,
           // then the event's): whoever sees one sees the other.

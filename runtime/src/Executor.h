@@ -106,5 +106,8 @@ bool runWorkerIdleHook();
 
 // Runs a kernel task on this thread; returns the failure to record, if any.
 KernelErrorPtr runKernel(Task& t, nrtStream_t stream);
+// Runs tasks[0] and, through its fuser, the run of items behind it (of
+// `avail` in all) that name the same fuser; *ran: how many it took.
+KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t* ran);
 
 }  // namespace nrt

@@ -33,6 +33,7 @@ nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn
   Task t;
   t.kind = Task::kKernel;
   t.fn = fn;
+  t.fuser = desc->fuser;
   t.setName(desc->name);
   if (!t.setArgs(args, argsSize))
     return failf(NRT_ERROR_INTERNAL, "no host memory for %zu bytes of kernel arguments", argsSize);

@@ -24,6 +24,7 @@ struct Task {
   uint64_t generation = 0;   // the event record this task makes / awaits
   uint64_t workId = 0;       // kKernel: the work item's sequence number
   nrtActivityRecord* record = nullptr;  // kKernel, while activity recording is on
+  nrtFuser* fuser = nullptr;            // kKernel: may run fused with its neighbours
   alignas(16) unsigned char inlineArgs[kInlineArgs];
   char name[kNameLen];
 

@@ -378,6 +378,7 @@ typedef struct nrtWorkDesc {
   size_t numReads;
   const nrtBufferRange* writes; /* may be NULL when numWrites is 0 */
   size_t numWrites;
+  struct nrtFuser* fuser;  /* NULL: the item always runs alone (see Fusion) */
 } nrtWorkDesc;
 
 /* As nrtLaunchKernel, with the work item's identity. *workId (if not NULL)
@@ -386,6 +387,26 @@ typedef struct nrtWorkDesc {
  * NULL with a count > 0). */
 NRT_API nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn fn,
                                 const void* args, size_t argsSize, uint64_t* workId);
+
+/* Fusion. A work item may name a fuser (nrtWorkDesc.fuser). When the
+ * executor is about to run such an item and the items queued right behind it
+ * on the same stream name the same fuser, it hands their argument blocks, in
+ * stream order, to the fuser in one call (at most NRT_MAX_FUSED; events,
+ * waits and other items end the run). The fuser runs a prefix of them, at
+ * least the first, as one pass and says how many in *ran; those items are
+ * done, each with its own activity record spanning the pass (fusedWith,
+ * fusedCount). A failing pass returns the status and the index of the
+ * item it names in *failed, with the message set by nrtKernelSetError; the
+ * failure is reported under that item's name. What the items are and when
+ * they may fuse is the fuser's knowledge: the runtime only offers it the
+ * queued items it is free to take together. With NEURON_LAUNCH_BLOCKING=1
+ * every item runs alone. */
+#define NRT_MAX_FUSED 32
+
+typedef struct nrtFuser {
+  nrtStatus (*run)(struct nrtFuser* self, void* const* args, size_t count, size_t* ran,
+                   size_t* failed);
+} nrtFuser;
 
 /* The calling thread's correlation id stack: work queued by this thread
  * without an explicit id carries the top one (0 when the stack is empty).
@@ -424,6 +445,9 @@ typedef struct nrtActivityRecord {
   uint32_t numReads, numWrites;  /* how many the launch gave (may exceed the recorded) */
   nrtBufferRange reads[NRT_MAX_RECORDED_BUFFERS];
   nrtBufferRange writes[NRT_MAX_RECORDED_BUFFERS];
+  uint64_t fusedWith;      /* workId of the first item of the fused pass it
+                              ran in; 0 when it ran alone                   */
+  uint32_t fusedCount;     /* items in that pass (0 when it ran alone)     */
 } nrtActivityRecord;
 
 /* Turns recording on (nonzero) or off. Items queued while it was off are not

@@ -1,0 +1,175 @@
+// FusionTest.cpp — the executor hands runs of queued items that name the
+// same fuser to it in one call; what the fuser takes is done, what it leaves
+// is offered again; failures are named after the item the fuser names.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "TestUtil.h"
+
+namespace {
+
+// Each item's argument block: its tag, and a log both paths append to.
+struct Item {
+  int tag;
+};
+
+std::mutex gMu;
+std::vector<std::vector<int>> gCalls;  // one entry per fuser call: the tags offered
+std::vector<int> gAlone;               // tags run by their own function
+
+nrtStatus alone(void* a) {
+  std::lock_guard<std::mutex> lk(gMu);
+  gAlone.push_back(static_cast<Item*>(a)->tag);
+  return NRT_SUCCESS;
+}
+
+// Takes at most `limit` items; fails on the item tagged `failTag`.
+struct TestFuser : nrtFuser {
+  size_t limit = NRT_MAX_FUSED;
+  int failTag = -1;
+  TestFuser() { run = &TestFuser::runFn; }
+  static nrtStatus runFn(nrtFuser* self, void* const* args, size_t count, size_t* ran,
+                         size_t* failed) {
+    auto* f = static_cast<TestFuser*>(self);
+    std::vector<int> tags;
+    for (size_t k = 0; k < count; ++k) tags.push_back(static_cast<Item*>(args[k])->tag);
+    {
+      std::lock_guard<std::mutex> lk(gMu);
+      gCalls.push_back(tags);
+    }
+    *ran = count < f->limit ? count : f->limit;
+    for (size_t k = 0; k < *ran; ++k) {
+      if (tags[k] == f->failTag) {
+        *failed = k;
+        nrtKernelSetError("value 9 out of range");
+        return NRT_ERROR_INVALID_VALUE;
+      }
+    }
+    return NRT_SUCCESS;
+  }
+};
+
+void reset() {
+  std::lock_guard<std::mutex> lk(gMu);
+  gCalls.clear();
+  gAlone.clear();
+}
+
+void launch(nrtStream_t s, nrtFuser* fuser, int tag) {
+  nrtWorkDesc d{};
+  std::string name = "test::item" + std::to_string(tag);
+  d.name = name.c_str();
+  d.kind = nrtWorkKernel;
+  d.fuser = fuser;
+  Item item{tag};
+  ASSERT_EQ(nrtLaunchWork(s, &d, alone, &item, sizeof item, nullptr), NRT_SUCCESS)
+      << nrtGetLastErrorMessage();
+}
+
+// Holds the stream until released, so that the items behind queue up.
+std::atomic<bool> gRelease{false};
+nrtStatus gate(void*) {
+  while (!gRelease.load()) std::this_thread::yield();
+  return NRT_SUCCESS;
+}
+void closeGate(nrtStream_t s) {
+  gRelease = false;
+  ASSERT_EQ(nrtLaunchKernel(s, "test::gate", gate, nullptr, 0), NRT_SUCCESS);
+}
+
+}  // namespace
+
+TEST(Fusion, QueuedRunsGoToTheFuserAndEventsEndThem) {
+  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
+  reset();
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  nrtEvent_t e;
+  NRT_OK(nrtEventCreate(&e, 0));
+  TestFuser a, b;
+  closeGate(s);
+  for (int t = 0; t < 3; ++t) launch(s, &a, t);
+  launch(s, &b, 3);  // another fuser ends the run
+  launch(s, &b, 4);
+  NRT_OK(nrtEventRecord(e, s));  // so does an event
+  launch(s, &b, 5);
+  launch(s, nullptr, 6);  // and an item that runs alone
+  launch(s, &a, 7);       // a run of one runs alone
+  gRelease = true;
+  NRT_OK(nrtStreamSynchronize(s));
+  EXPECT_EQ(gCalls, (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4}}));
+  EXPECT_EQ(gAlone, (std::vector<int>{5, 6, 7}));
+  NRT_OK(nrtEventDestroy(e));
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+TEST(Fusion, WhatTheFuserLeavesIsOfferedAgain) {
+  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
+  reset();
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  TestFuser f;
+  f.limit = 2;
+  closeGate(s);
+  for (int t = 0; t < 5; ++t) launch(s, &f, t);
+  gRelease = true;
+  NRT_OK(nrtStreamSynchronize(s));
+  // {0,1} taken of five, {2,3} of three, and the last alone.
+  EXPECT_EQ(gCalls, (std::vector<std::vector<int>>{{0, 1, 2, 3, 4}, {2, 3, 4}}));
+  EXPECT_EQ(gAlone, (std::vector<int>{4}));
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+TEST(Fusion, AFailureIsNamedAfterItsItemAndTheStreamGoesOn) {
+  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
+  reset();
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  TestFuser f;
+  f.failTag = 2;
+  closeGate(s);
+  for (int t = 0; t < 4; ++t) launch(s, &f, t);
+  gRelease = true;
+  EXPECT_EQ(nrtStreamSynchronize(s), NRT_ERROR_KERNEL_FAILED);
+  const std::string msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("test::item2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("value 9 out of range"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("fused pass of 4"), std::string::npos) << msg;
+  // Reported once; the stream keeps working.
+  launch(s, nullptr, 10);
+  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(nrtStreamDestroy(s));
+}
+
+TEST(Fusion, EachItemKeepsItsActivityRecord) {
+  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
+  reset();
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  nrtActivityRecord sink[64];
+  size_t n = 0;
+  NRT_OK(nrtActivityDrain(sink, 64, &n, nullptr));
+  NRT_OK(nrtActivityEnable(1));
+  TestFuser f;
+  closeGate(s);
+  for (int t = 0; t < 3; ++t) launch(s, &f, t);
+  gRelease = true;
+  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(nrtActivityEnable(0));
+  NRT_OK(nrtActivityDrain(sink, 64, &n, nullptr));
+  ASSERT_EQ(n, 4u);  // the gate and three items
+  EXPECT_EQ(sink[0].fusedCount, 0u);
+  EXPECT_EQ(sink[0].fusedWith, 0u);
+  for (size_t k = 1; k < 4; ++k) {
+    EXPECT_EQ(sink[k].name, "test::item" + std::to_string(k - 1));
+    EXPECT_EQ(sink[k].fusedCount, 3u);
+    EXPECT_EQ(sink[k].fusedWith, sink[1].workId);
+    EXPECT_EQ(sink[k].startNs, sink[1].startNs);
+    EXPECT_EQ(sink[k].status, NRT_SUCCESS);
+  }
+  NRT_OK(nrtStreamDestroy(s));
+}
