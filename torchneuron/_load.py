@@ -91,10 +91,13 @@ from ._tracking import (  # noqa: E402,F401
     clear_op_tracking,
     get_executed_ops,
     get_fallback_ops,
+    get_fusion_stats,
     get_host_waits,
     get_inline_ops,
     get_op_paths,
     host_wait_counts,
+    is_fusion_enabled,
+    set_fusion_enabled,
 )
 
 
@@ -107,5 +110,5 @@ __all__ = [
     "is_available", "is_neuron_runtime_initialized", "max_memory_allocated",
     "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats",
-    "synchronize",
+    "synchronize", "get_fusion_stats", "set_fusion_enabled", "is_fusion_enabled",
 ]

@@ -44,9 +44,34 @@ def get_inline_ops() -> list[str]:
 
 
 def clear_op_tracking() -> None:
-    """Forget the ops and host waits recorded so far."""
+    """Forget the ops, fusion passes and host waits recorded so far."""
     _C._clear_op_tracking()
+    _C._clear_fusion_stats()
     _C._clear_host_waits()
+
+
+def get_fusion_stats() -> dict:
+    """What ran fused since the last clear (README, "Adaptive eager fusion").
+
+    ``{"passes": fused passes, "ops": ops they held, "by_op": {op: count}}``:
+    counted when a pass ran on the device (after a synchronize, all of them).
+    An op counted here is also counted as ``async`` in ``get_op_paths()``.
+    """
+    return dict(_C._fusion_stats())
+
+
+def set_fusion_enabled(enabled: bool) -> None:
+    """Turn adaptive eager fusion on or off for ops queued from now on.
+
+    On by default; ``TORCHNEURON_FUSION=0`` starts a process with it off.
+    Fused and unfused results are bitwise equal: this is a debugging aid.
+    """
+    _C._set_fusion_enabled(bool(enabled))
+
+
+def is_fusion_enabled() -> bool:
+    """Whether ops queued now may run fused."""
+    return bool(_C._fusion_enabled())
 
 
 def get_host_waits() -> list[dict]:

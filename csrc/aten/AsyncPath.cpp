@@ -23,6 +23,7 @@
 #include "aten/AsyncPath.h"
 
 #include "aten/CallKey.h"
+#include "aten/Fusion.h"
 #include "aten/KernelArgs.h"
 #include "aten/MetaPass.h"
 #include "aten/OpPlan.h"
@@ -57,6 +58,60 @@
 
 namespace torchneuron {
 namespace {
+
+// ---------------------------------------------------------------------------
+// The executor side.
+
+// A queued kernel as it runs alone: its warnings reach the user
+// (KernelWarnings.h), but not those already given at the op by the Meta
+// pass; a kernel that left the layouts it was given is an error naming the
+// op, and calls of its kind run synchronously from then on.
+void runQueued(const Kernel& kernel, const MetaResult& meta) {
+  HeldWarnings held;
+  bool ok = false;
+  std::exception_ptr error;
+  {
+    c10::WarningUtils::WarningHandlerGuard guard(&held);
+    try {
+      ok = kernel.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  for (const auto& w : held.warnings)
+    if (!meta.warnedAlready(w)) c10::warn(w);
+  if (error) std::rethrow_exception(error);
+  if (ok) return;
+  meta.verdict.store(MetaResult::kDisagrees, std::memory_order_release);
+  TORCH_CHECK(false, "CPU's kernel for ", kernel.plan->name,
+              " did not write into the layout its Meta kernel gave for these "
+              "arguments; the results are not on the device. Calls like this "
+              "one now run synchronously; TORCHNEURON_ASYNC=0 runs every op so.");
+}
+
+// A pointwise kernel a fusion pass may split (Fusion.h).
+struct FusibleKernel final : FusibleOp {
+  FusibleKernel(Kernel k, std::shared_ptr<const MetaResult> m) : kernel(std::move(k)), meta(std::move(m)) {}
+  void run() override { runQueued(kernel, *meta); }
+  void runRange(int64_t begin, int64_t end) override { kernel.runRange(begin, end); }
+  Kernel kernel;
+  std::shared_ptr<const MetaResult> meta;
+};
+
+void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<const MetaResult> meta) {
+  const WorkDesc work = describe(kernel);
+  if (kernel.plan->fusible && fusionEnabled() && (kernel.viaOut || kernel.plan->numFresh == 0)) {
+    if (const int64_t numel = kernel.fusibleNumel()) {
+      auto op = std::make_unique<FusibleKernel>(std::move(kernel), std::move(meta));
+      op->numel = numel;
+      launchFusible(stream, work, std::move(op));
+      return;
+    }
+  }
+  launchWork(stream, work, [kernel = std::move(kernel), meta = std::move(meta)]() {
+    runQueued(kernel, *meta);
+  });
+}
 
 // ---------------------------------------------------------------------------
 // The host side.
@@ -384,31 +439,7 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     recordOp(plan->counters, OpPath::Inline);
   } else {
     for (const auto& w : meta->warnings) c10::warn(w);
-    launchWork(getCurrentStream(device), describe(kernel),
-                   [kernel = std::move(kernel), meta]() {
-                     // The kernel's warnings reach the user (KernelWarnings.h),
-                     // but not those already given at the op by the Meta pass.
-                     HeldWarnings held;
-                     bool ok = false;
-                     std::exception_ptr error;
-                     {
-                       c10::WarningUtils::WarningHandlerGuard guard(&held);
-                       try {
-                         ok = kernel.run();
-                       } catch (...) {
-                         error = std::current_exception();
-                       }
-                     }
-                     for (const auto& w : held.warnings)
-                       if (!meta->warnedAlready(w)) c10::warn(w);
-                     if (error) std::rethrow_exception(error);
-                     if (ok) return;
-                     meta->verdict.store(MetaResult::kDisagrees, std::memory_order_release);
-                     TORCH_CHECK(false, "CPU's kernel for ", kernel.plan->name,
-                                 " did not write into the layout its Meta kernel gave for these "
-                                 "arguments; the results are not on the device. Calls like this "
-                                 "one now run synchronously; TORCHNEURON_ASYNC=0 runs every op so.");
-                   });
+    launchQueued(getCurrentStream(device), std::move(kernel), std::move(meta));
     recordOp(plan->counters, OpPath::Async);
   }
 

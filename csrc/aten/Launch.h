@@ -101,6 +101,7 @@ struct WorkDesc {
   uint64_t bytes = 0;
   c10::SmallVector<nrtBufferRange, 4> reads;
   c10::SmallVector<nrtBufferRange, 4> writes;
+  nrtFuser* fuser = nullptr;  // set by launchFusible (Fusion.h)
 };
 
 // The device bytes a strided tensor spans (negative strides included).
@@ -138,6 +139,7 @@ void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
   desc.numReads = work.reads.size();
   desc.writes = work.writes.data();
   desc.numWrites = work.writes.size();
+  desc.fuser = work.fuser;
   const nrtStatus st = nrtLaunchWork(stream.handle(), &desc, &detail::runClosure<Fn>, &heap,
                                      sizeof(heap), nullptr);
   if (st != NRT_SUCCESS && st != NRT_ERROR_KERNEL_FAILED) {

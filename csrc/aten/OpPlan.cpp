@@ -1,6 +1,8 @@
 // OpPlan.cpp: see OpPlan.h.
 #include "aten/OpPlan.h"
 
+#include "aten/Fusion.h"
+
 #include "aten/Common.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -111,6 +113,7 @@ Plan* planFor(const c10::OperatorHandle& op) {
   if (!plan) {
     plan = new Plan();
     makePlan(op, *plan);
+    plan->fusible = fusibleOpName(plan->name);
   }
   local.emplace(op, plan);
   return plan;

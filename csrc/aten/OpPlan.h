@@ -30,6 +30,8 @@ struct Plan {
   // native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update
   // (any overload): CPU's kernels need exceptions (AsyncPath.cpp).
   bool batchNorm = false;
+  // On the list of ops a fusion pass may split (Fusion.h).
+  bool fusible = false;
 };
 
 // The plan of `op`: made on first use, never freed (a thread-local map then

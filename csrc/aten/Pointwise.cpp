@@ -4,6 +4,7 @@
 // Whenever a precondition is not met the op takes the generic path, which
 // produces the same results (and the same errors) synchronously.
 #include "aten/Common.h"
+#include "aten/Fusion.h"
 #include "aten/Launch.h"
 
 #include <ATen/EmptyTensor.h>
@@ -51,6 +52,15 @@ struct Operand {
     if (host.defined()) return host;
     return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
   }
+
+  // Elements [begin, end) of a contiguous operand; a scalar whole.
+  at::Tensor piece(int64_t begin, int64_t end) const {
+    if (host.defined() || sizes.empty()) return cpu();
+    return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
+                         at::TensorOptions().dtype(dtype));
+  }
+
+  bool scalar() const { return host.defined() || sizes.empty(); }
 };
 
 enum class Kind { Add, Mul };
@@ -97,17 +107,62 @@ at::Tensor allocateOutput(c10::IntArrayRef shape, at::ScalarType dtype, const at
                                    std::nullopt);
 }
 
+void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b,
+             const at::Scalar& alpha) {
+  if (kind == Kind::Add) {
+    at::cpu::add_out(out, a, b, alpha);
+  } else {
+    at::cpu::mul_out(out, a, b);
+  }
+}
+
+// The queued op, for a fusion pass (Fusion.h) when every operand is a
+// scalar or contiguous of the output's shape.
+struct FastOp final : FusibleOp {
+  Kind kind;
+  Operand out, a, b;
+  at::Scalar alpha;
+  void run() override { compute(kind, out.cpu(), a.cpu(), b.cpu(), alpha); }
+  void runRange(int64_t begin, int64_t end) override {
+    compute(kind, out.piece(begin, end), a.piece(begin, end), b.piece(begin, end), alpha);
+  }
+};
+
+bool fusible(const at::Tensor& t, const at::Tensor& out) {
+  if (t.device().is_cpu() || t.dim() == 0) return true;
+  return t.sizes() == out.sizes() && t.is_contiguous();
+}
+
+WorkDesc describe(const char* name, const at::Tensor& out, const at::Tensor& a,
+                  const at::Tensor& b) {
+  WorkDesc work;
+  work.name = name;
+  auto span = [](const at::Tensor& t) {
+    return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
+  };
+  work.writes.push_back(span(out));
+  for (const at::Tensor* in : {&a, &b})
+    if (!in->device().is_cpu()) work.reads.push_back(span(*in));
+  return work;
+}
+
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
              const at::Tensor& b, const at::Scalar& alpha) {
   auto stream = getCurrentStream(out.device().index());
+  if (fusionEnabled() && out.is_contiguous() && fusible(a, out) && fusible(b, out)) {
+    auto op = std::make_unique<FastOp>();
+    op->kind = kind;
+    op->out = Operand::of(out, /*written=*/true);
+    op->a = Operand::of(a);
+    op->b = Operand::of(b);
+    op->alpha = alpha;
+    op->numel = out.numel();
+    launchFusible(stream, describe(name, out, a, b), std::move(op));
+    return;
+  }
   launchOnStream(stream, name, [kind, ro = Operand::of(out, /*written=*/true), ra = Operand::of(a),
                                 rb = Operand::of(b), alpha]() {
-    at::Tensor o = ro.cpu();
-    if (kind == Kind::Add) {
-      at::cpu::add_out(o, ra.cpu(), rb.cpu(), alpha);
-    } else {
-      at::cpu::mul_out(o, ra.cpu(), rb.cpu());
-    }
+    compute(kind, ro.cpu(), ra.cpu(), rb.cpu(), alpha);
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/util/accumulate.h>
 
 namespace torchneuron {
 namespace {
@@ -80,6 +81,64 @@ bool Kernel::run() const {
     o->cpu().copy_(result);
   }
   return true;
+}
+
+int64_t Kernel::fusibleNumel() const {
+  c10::SmallVector<int64_t, 5> shape;
+  bool any = false;
+  auto fits = [&](const TensorRef& r) {
+    if (r.sizes.empty()) return true;
+    if (!any) {
+      shape = r.sizes;
+      any = true;
+    } else if (r.sizes != shape) {
+      return false;
+    }
+    int64_t expected = 1;
+    for (size_t d = r.sizes.size(); d-- > 0;) {
+      if (r.sizes[d] != 1 && r.strides[d] != expected) return false;
+      expected *= r.sizes[d];
+    }
+    return true;
+  };
+  for (const ArgSlot& slot : slots) {
+    if (slot.kind == ArgSlot::kTensor && slot.tensors[0]) {
+      if (!fits(*slot.tensors[0])) return 0;
+    } else if (slot.kind != ArgSlot::kValue && slot.kind != ArgSlot::kTensor) {
+      return 0;
+    } else if (slot.value.isTensor() && slot.value.toTensor().defined() &&
+               slot.value.toTensor().dim() != 0) {
+      return 0;  // a CPU tensor would be read whole by every block
+    } else if (slot.value.isList()) {
+      return 0;
+    }
+  }
+  for (const auto& o : outs)
+    if (!o || !fits(*o)) return 0;
+  if (!any) return 0;
+  return c10::multiply_integers(shape);
+}
+
+void Kernel::runRange(int64_t begin, int64_t end) const {
+  at::AutoDispatchBelowADInplaceOrView below;
+  torch::jit::Stack s;
+  s.reserve(slots.size() + outs.size());
+  CpuStorages storages;
+  auto piece = [&](const TensorRef& r) {
+    at::Tensor t = r.cpu(storages);
+    if (r.sizes.empty()) return t;
+    const int64_t size = end - begin, stride = 1;
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(&size, 1),
+                                                   c10::IntArrayRef(&stride, 1), r.offset + begin);
+    return t;
+  };
+  for (const ArgSlot& slot : slots) {
+    if (slot.kind == ArgSlot::kTensor && slot.tensors[0]) s.emplace_back(piece(*slot.tensors[0]));
+    else s.push_back(slot.value);
+  }
+  if (viaOut)
+    for (const auto& o : outs) s.emplace_back(piece(*o));
+  target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
 }
 
 bool Kernel::functionalLayoutsMatch(const c10::OperatorHandle& op,

@@ -39,6 +39,15 @@ struct Kernel {
   // somewhere else: its results are not on the device).
   bool run() const;
 
+  // The number of elements a fusion pass may split this kernel over
+  // (Fusion.h): its tensors are all 0-dim or contiguous of one shape, it has
+  // at least one of those and no list arguments; else 0.
+  int64_t fusibleNumel() const;
+
+  // The kernel on elements [begin, end) of its full-size tensors (see
+  // fusibleNumel), 0-dim ones whole; for an out= or in-place kernel.
+  void runRange(int64_t begin, int64_t end) const;
+
   // Whether CPU's functional kernel gives its fresh results the layouts the
   // Meta pass gave (a result's strides steer the kernels that read it: a
   // transposed Vh from svd sends a later mm down another BLAS route). Runs

@@ -2,6 +2,7 @@
 // that can be reached through torch itself (streams, events, memory stats,
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncPath.h"
+#include "aten/Fusion.h"
 #include "aten/Launch.h"
 #include "core/ComputeThreads.h"
 #include "core/HostWait.h"
@@ -245,6 +246,19 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_async_path", [](bool on) { setAsyncPathEnabled(on); });
   m.def("_async_path_enabled", [] { return asyncPathEnabled(); });
   m.def("_set_op_tracking", [](bool on) { setOpTrackingEnabled(on); });
+  m.def("_set_fusion_enabled", [](bool on) { setFusionEnabled(on); });
+  m.def("_fusion_enabled", [] { return fusionEnabled(); });
+  m.def("_clear_fusion_stats", [] { clearFusionStats(); });
+  m.def("_fusion_stats", [] {
+    const FusionStats st = fusionStats();
+    py::dict ops;
+    for (const auto& [name, n] : st.byOp) ops[py::str(name)] = n;
+    py::dict d;
+    d["passes"] = st.passes;
+    d["ops"] = st.ops;
+    d["by_op"] = ops;
+    return d;
+  });
   registerMemoryBindings(m);  // MemoryBindings.cpp
   registerDistributedBindings(m);  // DistributedBindings.cpp
   m.def("_is_pinned_ptr", [](uintptr_t p) {

@@ -1,0 +1,245 @@
+// Fusion.cpp: see Fusion.h.
+#include "aten/Fusion.h"
+
+#include "core/ComputeThreads.h"
+#include "core/KernelWarnings.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE, the split of its for_each
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+namespace torchneuron {
+namespace {
+
+// Elements per block: a multiple of every vector pair ATen's loops step by
+// (2 x 64 one-byte lanes with AVX-512), so blocks never move a tail; small
+// enough that a pass's operands stay in L2 between its ops.
+constexpr int64_t kBlock = 65536;
+static_assert(kBlock % 512 == 0, "blocks must not move a vector loop's tail");
+
+// Ops whose CPU kernels split elements as at::parallel_for(GRAIN_SIZE) and
+// walk a chunk with one vectorized loop (cpu_kernel_vec: binary, ternary and
+// most unary ops), or compute every element with one form (the vml-style
+// unary kernels: exp, log, tanh, sqrt, ...): base names, every overload and
+// the in-place and out= forms. Not here: gelu (a grain of its own),
+// reductions, anything that reads other elements. tests/test_fusion.py runs
+// each of them fused on sizes with several chunks and ragged tails.
+const std::set<std::string>& fusibleBases() {
+  static const std::set<std::string> names = {
+      "abs",     "add",      "addcdiv",   "addcmul", "clamp",   "clamp_max", "clamp_min",
+      "cos",     "div",      "eq",        "exp",     "ge",      "gt",        "le",
+      "lerp",    "log",      "lt",        "maximum", "minimum", "mul",       "ne",
+      "neg",     "pow",      "reciprocal", "relu",   "rsqrt",   "sigmoid",   "sigmoid_backward",
+      "sin",     "sqrt",     "sub",       "tanh",    "tanh_backward", "threshold_backward",
+      "where",   "silu",     "sign",      "square"};
+  return names;
+}
+
+std::atomic<bool>& enabledFlag() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("TORCHNEURON_FUSION");
+    return !(v && std::strcmp(v, "0") == 0);
+  }()};
+  return on;
+}
+
+struct Stats {
+  std::mutex mu;
+  FusionStats s;
+};
+Stats& stats() {
+  static Stats* s = new Stats();  // used by executor threads until exit
+  return *s;
+}
+
+// The closure a fusible item carries (Launch.h): the fuser finds the op in
+// the item's argument block through it.
+struct FusibleCall {
+  std::unique_ptr<FusibleOp> op;
+  void operator()() const { op->run(); }
+};
+using FusibleClosure = detail::Closure<FusibleCall>;
+
+FusibleClosure* closureOf(void* args) { return *static_cast<FusibleClosure**>(args); }
+
+bool overlap(const nrtBufferRange& a, const nrtBufferRange& b) {
+  const char* pa = static_cast<const char*>(a.ptr);
+  const char* pb = static_cast<const char*>(b.ptr);
+  return a.bytes != 0 && b.bytes != 0 && pa < pb + b.bytes && pb < pa + a.bytes;
+}
+bool sameRange(const nrtBufferRange& a, const nrtBufferRange& b) {
+  return a.ptr == b.ptr && a.bytes == b.bytes;
+}
+// Whether ranges `mine` may be touched by a pass that writes `theirs`.
+bool clear(c10::ArrayRef<nrtBufferRange> mine, c10::ArrayRef<nrtBufferRange> theirs) {
+  for (const auto& a : mine)
+    for (const auto& b : theirs)
+      if (overlap(a, b) && !sameRange(a, b)) return false;
+  return true;
+}
+
+// Whether `next` may join a pass holding `ops`.
+bool joins(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
+  if (next.numel != ops[0]->numel) return false;
+  for (const FusibleOp* op : ops) {
+    if (!clear(next.reads, op->writes) || !clear(next.writes, op->writes) ||
+        !clear(next.writes, op->reads))
+      return false;
+  }
+  return true;
+}
+
+void tally(c10::ArrayRef<FusibleOp*> ops) {
+  Stats& st = stats();
+  std::lock_guard<std::mutex> lk(st.mu);
+  st.s.passes++;
+  st.s.ops += static_cast<int64_t>(ops.size());
+  for (const FusibleOp* op : ops) st.s.byOp[op->name]++;
+}
+
+// The first failure of a pass: the op (its index) and the message.
+struct Failure {
+  std::mutex mu;
+  std::atomic<bool> any{false};
+  size_t index = SIZE_MAX;
+  std::string message;
+  void note(size_t k, const char* what) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (k < index) {
+      index = k;
+      message = what;
+    }
+    any.store(true, std::memory_order_relaxed);
+  }
+};
+
+// Every op of the pass on elements [begin, end), block by block; stops at a
+// failure (its own or another thread's).
+// (`first`: the pass's index of ops[0].)
+void runChunk(c10::ArrayRef<FusibleOp*> ops, int64_t begin, int64_t end, Failure& failure,
+              size_t first = 0) {
+  for (int64_t lo = begin; lo < end; lo += kBlock) {
+    if (failure.any.load(std::memory_order_relaxed)) return;
+    const int64_t hi = std::min(end, lo + kBlock);
+    for (size_t k = 0; k < ops.size(); ++k) {
+      try {
+        ops[k]->runRange(lo, hi);
+      } catch (const c10::Error& e) {
+        failure.note(first + k, e.what_without_backtrace());
+        return;
+      } catch (const std::exception& e) {
+        failure.note(first + k, e.what());
+        return;
+      }
+    }
+  }
+}
+
+// Whether `next` touches nothing a pass holding `ops` touches (reads of the
+// same bytes aside).
+bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
+  auto apart = [](c10::ArrayRef<nrtBufferRange> a, c10::ArrayRef<nrtBufferRange> b) {
+    for (const auto& x : a)
+      for (const auto& y : b)
+        if (overlap(x, y)) return false;
+    return true;
+  };
+  if (next.numel > at::internal::GRAIN_SIZE) return false;
+  for (const FusibleOp* op : ops) {
+    if (!apart(next.writes, op->writes) || !apart(next.writes, op->reads) ||
+        !apart(next.reads, op->writes))
+      return false;
+  }
+  return true;
+}
+
+nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_t* failed) {
+  auto opAt = [&](size_t k) { return closureOf(args[k])->fn.op.get(); };
+  c10::SmallVector<FusibleOp*, NRT_MAX_FUSED> ops{opAt(0)};
+  // Small ops over memory of their own (a foreach optimizer's step over
+  // many parameters): each runs whole on one thread, as it does unfused
+  // (under GRAIN_SIZE elements its kernel does not split), and the threads
+  // share the ops. Else a chain over the same elements, split as one op.
+  bool spread = ops[0]->numel <= at::internal::GRAIN_SIZE;
+  while (spread && ops.size() < count && independent(ops, *opAt(ops.size())))
+    ops.push_back(opAt(ops.size()));
+  spread = ops.size() > 1;
+  while (!spread && ops.size() < count && joins(ops, *opAt(ops.size())))
+    ops.push_back(opAt(ops.size()));
+  *ran = ops.size();
+  *failed = 0;
+  if (ops.size() == 1) return detail::runClosure<FusibleCall>(args[0]);
+
+  applyComputeThreads();
+  detail::CollectWarnings collected;
+  Failure failure;
+  {
+    c10::WarningUtils::WarningHandlerGuard warningGuard(&collected);
+    const bool outer = inQueuedWork();
+    setInQueuedWork(true);
+    if (spread) {
+      at::parallel_for(0, static_cast<int64_t>(ops.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) runChunk({ops[k]}, 0, ops[k]->numel, failure, k);
+      });
+    } else {
+      // The op's own split: one chunk per thread, as its kernel makes them.
+      at::parallel_for(0, ops[0]->numel, at::internal::GRAIN_SIZE,
+                       [&](int64_t begin, int64_t end) { runChunk(ops, begin, end, failure); });
+    }
+    setInQueuedWork(outer);
+  }
+  tally(ops);
+  const char* first = ops[0]->name;  // interned: outlives the op
+  // Buried closures are freed by the host's next launch: no op is touched after this.
+  for (size_t k = 0; k < ops.size(); ++k) detail::buryClosure(closureOf(args[k]));
+  if (!collected.warnings.empty()) stashKernelWarnings(first, std::move(collected.warnings));
+  if (!failure.any.load()) return NRT_SUCCESS;
+  *failed = failure.index;
+  nrtKernelSetError(failure.message.c_str());
+  return NRT_ERROR_KERNEL_FAILED;
+}
+
+nrtFuser gFuser{&runPass};
+
+}  // namespace
+
+bool fusibleOpName(const std::string& name) {
+  std::string base = name.rfind("aten::", 0) == 0 ? name.substr(6) : name;
+  base = base.substr(0, base.find('.'));
+  if (!base.empty() && base.back() == '_') base.pop_back();
+  return fusibleBases().count(base) > 0;
+}
+
+bool fusionEnabled() { return enabledFlag().load(std::memory_order_relaxed); }
+void setFusionEnabled(bool on) { enabledFlag().store(on); }
+
+void launchFusible(const NeuronStream& stream, const WorkDesc& work,
+                   std::unique_ptr<FusibleOp> op) {
+  op->name = work.name;
+  op->reads = work.reads;
+  op->writes = work.writes;
+  WorkDesc desc = work;
+  desc.fuser = &gFuser;
+  launchWork(stream, desc, FusibleCall{std::move(op)});
+}
+
+FusionStats fusionStats() {
+  Stats& st = stats();
+  std::lock_guard<std::mutex> lk(st.mu);
+  return st.s;
+}
+
+void clearFusionStats() {
+  Stats& st = stats();
+  std::lock_guard<std::mutex> lk(st.mu);
+  st.s = FusionStats();
+}
+
+}  // namespace torchneuron

@@ -1,0 +1,81 @@
+// Adaptive eager fusion: queued pointwise ops over the same number of
+// elements run as one cache-blocked pass over memory instead of one pass
+// each, with no user change and the same bits.
+//
+// The host queues each op as usual, marked fusible (launchFusible). When the
+// executor reaches it, the runtime offers the fusible items queued right
+// behind it on the stream (runtime.h, "Fusion"); the pass takes the longest
+// prefix that may fuse and runs it block by block: every op on elements
+// [lo, hi) of its operands, then the next block. What is queued is what
+// fuses: a host that runs ahead of the device (the usual case for large
+// tensors) gives long passes; a synchronizing call, an event, a wait, an op
+// that cannot fuse and the executor's batch end a pass.
+//
+// Why the bits stay CPU's: ATen's CPU loops split an op's elements into one
+// chunk per thread (at::parallel_for over GRAIN_SIZE) and compute a chunk's
+// elements with the vectorized form of the op, except a tail shorter than
+// two vectors, which takes the scalar form; the two forms may differ in the
+// last bit (Sleef vs libm, FMA contraction). A pass splits the elements
+// exactly so and walks each chunk in blocks that are whole multiples of any
+// vector pair, so every element is computed by the form that computed it
+// unfused. Ops whose own split differs (GELU picks its own grain, serial
+// kernels) are not on the list of fusible ops (Fusion.cpp).
+//
+// What may fuse: ops on the list whose tensors are all either 0-dim (read as
+// scalars) or contiguous with the output's sizes, with the same number of
+// elements as the pass; and a memory range one op of the pass writes may be
+// touched by another only as the very same range (element i of it is then
+// element i for both). Anything else ends the pass.
+//
+// TORCHNEURON_FUSION=0 (or torchneuron.neuron.set_fusion_enabled(False))
+// queues every op unfused.
+#pragma once
+
+#include "aten/Launch.h"
+
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+namespace torchneuron {
+
+// A queued op that computes element i of its full-size operands from
+// element i of the others (and its scalars): it can run on any range.
+class FusibleOp {
+ public:
+  virtual ~FusibleOp() = default;
+  // The whole op, as when it runs alone.
+  virtual void run() = 0;
+  // Elements [begin, end) of every full-size operand, on this thread.
+  virtual void runRange(int64_t begin, int64_t end) = 0;
+
+  const char* name = "<unnamed kernel>";  // lives as long as the process
+  int64_t numel = 0;
+  c10::SmallVector<nrtBufferRange, 4> reads, writes;  // device bytes
+};
+
+// Whether an op of this name ("aten::mul.out") is on the list of ops whose
+// CPU kernels split their elements as a pass does (see above).
+bool fusibleOpName(const std::string& name);
+
+// Whether fusion is on (TORCHNEURON_FUSION, set_fusion_enabled).
+bool fusionEnabled();
+void setFusionEnabled(bool on);
+
+// Queues `op` on `stream`: one work item, described by `work`, that may run
+// fused with the fusible items queued right behind it.
+void launchFusible(const NeuronStream& stream, const WorkDesc& work, std::unique_ptr<FusibleOp> op);
+
+// What ran fused since the last clear: passes, the ops they held, per op.
+struct FusionStats {
+  int64_t passes = 0;
+  int64_t ops = 0;
+  std::map<std::string, int64_t> byOp;
+};
+FusionStats fusionStats();
+void clearFusionStats();
+
+}  // namespace torchneuron
