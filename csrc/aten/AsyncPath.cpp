@@ -100,7 +100,7 @@ struct FusibleKernel final : FusibleOp {
 
 void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<const MetaResult> meta) {
   const WorkDesc work = describe(kernel);
-  if (kernel.plan->fusible && fusionEnabled() && (kernel.viaOut || kernel.plan->numFresh == 0)) {
+  if (kernel.plan->fusible && fusionEnabled()) {
     if (const int64_t numel = kernel.fusibleNumel()) {
       auto op = std::make_unique<FusibleKernel>(std::move(kernel), std::move(meta));
       op->numel = numel;

@@ -139,6 +139,15 @@ void Kernel::runRange(int64_t begin, int64_t end) const {
   if (viaOut)
     for (const auto& o : outs) s.emplace_back(piece(*o));
   target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+  if (viaOut) return;
+  // No out= overload (or its verdict was the functional kernel): copy the
+  // fresh results into place, as run() does.
+  size_t f = 0;
+  for (size_t r = 0; r < plan->returnArg.size(); ++r) {
+    if (plan->returnArg[r] >= 0) continue;
+    const auto& o = outs[f++];
+    if (o) piece(*o).copy_(s[r].toTensor());
+  }
 }
 
 bool Kernel::functionalLayoutsMatch(const c10::OperatorHandle& op,

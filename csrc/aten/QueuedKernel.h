@@ -45,7 +45,7 @@ struct Kernel {
   int64_t fusibleNumel() const;
 
   // The kernel on elements [begin, end) of its full-size tensors (see
-  // fusibleNumel), 0-dim ones whole; for an out= or in-place kernel.
+  // fusibleNumel), 0-dim ones whole.
   void runRange(int64_t begin, int64_t end) const;
 
   // Whether CPU's functional kernel gives its fresh results the layouts the

@@ -195,6 +195,12 @@ class NeuronProfilerSession final : public libkineto::IActivityProfilerSession {
         }
       }
       if (r.status != NRT_SUCCESS) work.addMetadataQuoted("status", nrtGetErrorName(r.status));
+      if (r.fusedCount > 0) {
+        // Ran in one fused pass with others (Fusion.h): every op of the pass
+        // spans the pass and names its first item and size.
+        work.addMetadata("fused pass", static_cast<int32_t>(r.fusedWith));
+        work.addMetadata("fused ops", r.fusedCount);
+      }
 
       // The launch, on the launching thread: that is the linked op's thread
       // (the correlation came from that thread's stack). Without a linked

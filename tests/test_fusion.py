@@ -1,0 +1,254 @@
+"""Adaptive eager fusion (csrc/aten/Fusion.h): queued pointwise ops run as one
+pass, and the results are bitwise those of unfused execution and of CPU.
+
+Every case holds the stream with a long kernel first, so the ops behind it
+are queued when the device reaches them (what a host running ahead of the
+device gives): the fusion statistics then show that they did fuse, and the
+values show that fusing changed nothing. Sizes cross ATen's per-thread split
+(32768 elements) with ragged ends, so that vector tails fall inside chains.
+"""
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import torchneuron
+from conftest import NEURON, requires_async
+
+SIZES = [7, 2049, 32768, 32769, 65536 + 13, 200003]
+
+
+def hold_stream():
+    torch.neuron.synchronize()
+    torch.neuron._sleep(50_000)  # 50 ms: the ops below queue behind it
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+
+@pytest.fixture
+def fusion_on():
+    was = torchneuron.is_fusion_enabled()
+    torchneuron.set_fusion_enabled(True)
+    torchneuron.clear_op_tracking()
+    yield
+    torchneuron.set_fusion_enabled(was)
+
+
+def run_neuron(fn, inputs, fused):
+    torchneuron.set_fusion_enabled(fused)
+    try:
+        args = [t.to(NEURON) for t in inputs]
+        hold_stream()
+        out = fn(*args)
+        return [o.cpu() for o in (out if isinstance(out, (list, tuple)) else [out])]
+    finally:
+        torchneuron.set_fusion_enabled(True)
+
+
+def assert_bitwise(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert torch.equal(x.view(-1).view(torch.uint8) if x.dtype != torch.bool else x,
+                           y.view(-1).view(torch.uint8) if y.dtype != torch.bool else y)
+
+
+@requires_async
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_chain_fuses_and_keeps_cpus_bits(fusion_on, n):
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    ref = [gelu_tanh(x)]
+    unfused = run_neuron(gelu_tanh, [x], fused=False)  # first calls of a kind verify, inline
+    torchneuron.clear_op_tracking()
+    fused = run_neuron(gelu_tanh, [x], fused=True)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(fused, ref)
+    assert_bitwise(unfused, ref)
+    # mul(0.5, x), pow, mul, add, mul, tanh, add, mul: all fused (small
+    # sizes begin with a pass of the two independent ops).
+    assert stats["ops"] == 8 and 1 <= stats["passes"] <= 2, stats
+    assert stats["by_op"].get("aten::tanh") == 1, stats
+
+
+# ---------------------------------------------------------------------------
+# Random chains: ops of the fusible list and others, dtypes, scalars (Python
+# and 0-dim device tensors), in-place ops, views that keep or break
+# contiguity, and aliasing a pass cannot allow (shifted slices).
+
+def _unary(x, rng):
+    ops = [torch.tanh, torch.exp, torch.sigmoid, torch.neg, torch.sin, torch.cos, torch.relu,
+           torch.square, torch.sign, torch.abs,
+           lambda t: torch.sqrt(torch.abs(t)), lambda t: torch.rsqrt(torch.abs(t) + 1),
+           lambda t: torch.log(torch.abs(t) + 1), lambda t: torch.reciprocal(t + 3),
+           lambda t: torch.clamp(t, -0.5, 0.7), torch.nn.functional.silu]
+    return rng.choice(ops)(x)
+
+
+def _binary(x, y, s, rng):
+    ops = [lambda: x + y, lambda: x - y * 0.5, lambda: x * y, lambda: x / (y.abs() + 1),
+           lambda: torch.add(x, y, alpha=1.5), lambda: torch.maximum(x, y),
+           lambda: torch.minimum(x, y), lambda: torch.pow(x, 3), lambda: torch.pow(x.abs(), 0.5),
+           lambda: torch.where(x > y, x, y), lambda: torch.addcmul(x, x, y, value=0.3),
+           lambda: torch.addcdiv(x, y, x.abs() + 1, value=-0.2), lambda: torch.lerp(x, y, 0.3),
+           lambda: x * s, lambda: x + s, lambda: x - 2.5, lambda: 0.5 * x,
+           lambda: (x > 0.1).to(x.dtype) * y]
+    return rng.choice(ops)()
+
+
+def random_chain(seed):
+    """A program of pointwise steps over a pool of tensors; returns a callable."""
+    rng = random.Random(seed)
+    steps = [rng.randrange(8) for _ in range(rng.randrange(4, 14))]
+    choices = [rng.random() for _ in range(64)]
+
+    def program(x, y, s):
+        r = random.Random(seed + 1)
+        pool = [x, y]
+        outs = []
+        for i, kind in enumerate(steps):
+            a, b = r.choice(pool), r.choice(pool)
+            if kind <= 2:
+                v = _unary(a, r)
+            elif kind <= 5:
+                v = _binary(a, b, s, r)
+            elif kind == 6:  # in place on a fresh tensor of the pool
+                v = a * 1.0
+                v.mul_(b).add_(0.25)
+            else:  # views: a reshape keeps contiguity, a transpose or shift does not
+                m = a.numel()
+                if choices[i] < 0.4 and m % 2 == 0:
+                    v = a.view(2, m // 2).t().contiguous().view(-1) + b
+                elif choices[i] < 0.7:
+                    # Two views one element apart: a write through one and a
+                    # read through the other may never share a pass.
+                    buf = torch.cat([a, a[:1]])
+                    buf[:m].mul_(2.0)
+                    v = buf[1:] + b
+                else:
+                    v = (a.view(-1, 1) * 2.0).view(-1) - b
+            pool.append(v)
+            outs.append(v)
+        return outs
+
+    return program
+
+
+@requires_async
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_random_chains_fused_unfused_and_cpu_are_bitwise_equal(fusion_on, dtype):
+    fused_ops = 0
+    for seed in range(24):
+        n = SIZES[seed % len(SIZES)]
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(n, generator=g).to(dtype)
+        y = torch.randn(n, generator=g).to(dtype)
+        s = torch.tensor(0.75, dtype=dtype)
+        program = random_chain(seed)
+        ref = program(x, y, s)
+        unfused = run_neuron(program, [x, y, s], fused=False)
+        torchneuron.clear_op_tracking()
+        fused = run_neuron(program, [x, y, s], fused=True)
+        fused_ops += torchneuron.get_fusion_stats()["ops"]
+        try:
+            assert_bitwise(fused, ref)
+            assert_bitwise(unfused, ref)
+        except AssertionError:
+            pytest.fail(f"seed {seed}, n {n}, {dtype}: fused/unfused/CPU differ")
+    assert fused_ops > 24, "the chains never fused: the test would prove nothing"
+
+
+@requires_async
+def test_small_independent_ops_share_the_threads(fusion_on):
+    # A foreach optimizer's step: the same ops over many small parameters.
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(1000 + 37 * i)) for i in range(40)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    dev = [torch.nn.Parameter(p.detach().to(NEURON)) for p in params]
+    for p, q in zip(params, dev):
+        q.grad = p.grad.to(NEURON)
+    opt_cpu = torch.optim.AdamW(params, lr=1e-2)
+    opt_dev = torch.optim.AdamW(dev, lr=1e-2)
+    for _ in range(3):
+        opt_cpu.step()
+        hold_stream()
+        opt_dev.step()
+    torch.neuron.synchronize()
+    for p, q in zip(params, dev):
+        assert torch.equal(p.detach(), q.detach().cpu())
+    stats = torchneuron.get_fusion_stats()
+    assert stats["ops"] > 3 * 40, stats
+
+
+@requires_async
+def test_synchronizing_calls_and_events_end_a_pass(fusion_on):
+    x = torch.randn(50_000).to(NEURON)
+    ((x * 2 + 1) * 3 - 1).cpu()  # first calls of these kinds verify, inline
+    torchneuron.clear_op_tracking()
+    hold_stream()
+    a = x * 2
+    b = a + 1
+    e = torch.neuron.Event()
+    e.record()
+    c = b * 3
+    d = c - 1
+    torch.neuron.synchronize()
+    stats = torchneuron.get_fusion_stats()
+    assert stats["passes"] == 2 and stats["ops"] == 4, stats
+    assert torch.equal(d.cpu(), (x.cpu() * 2 + 1) * 3 - 1)
+    # A host read drains what is queued: nothing is left to fuse after it.
+    torchneuron.clear_op_tracking()
+    hold_stream()
+    y = x * 2
+    y.sum().item()
+    z = y + 1
+    torch.neuron.synchronize()
+    assert torchneuron.get_fusion_stats()["ops"] == 0
+    assert torch.equal(z.cpu(), x.cpu() * 2 + 1)
+
+
+@requires_async
+def test_profiler_shows_the_pass_of_each_fused_op(fusion_on):
+    x = torch.randn(70_000).to(NEURON)
+    (x * 2 + 1).cpu()  # first calls of these kinds (verification) out of the trace
+    torch.neuron.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        hold_stream()
+        y = (x * 2 + 1) * 3
+        torch.neuron.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.remove(path)
+    fused = [e for e in events if e.get("cat") == "kernel" and "fused pass" in e.get("args", {})]
+    assert [e["name"] for e in fused] == ["aten::mul.Tensor", "aten::add.Tensor", "aten::mul.Tensor"]
+    assert {e["args"]["fused ops"] for e in fused} == {3}
+    assert len({e["args"]["fused pass"] for e in fused}) == 1
+    assert torch.equal(y.cpu(), (x.cpu() * 2 + 1) * 3)
+
+
+def test_environment_turns_fusion_off():
+    code = ("import torch, torchneuron\n"
+            "x = torch.randn(50000).to('neuron')\n"
+            "torch.neuron._sleep(50000)\n"
+            "y = (x * 2 + 1) * 3\n"
+            "torch.neuron.synchronize()\n"
+            "print(torchneuron.is_fusion_enabled(), torchneuron.get_fusion_stats()['ops'])\n")
+    env = dict(os.environ, TORCHNEURON_FUSION="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "0"]
