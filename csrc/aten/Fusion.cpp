@@ -2,6 +2,7 @@
 #include "aten/Fusion.h"
 
 #include "core/ComputeThreads.h"
+#include "core/Config.h"
 #include "core/KernelWarnings.h"
 
 #include <ATen/Parallel.h>
@@ -10,8 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -43,10 +42,7 @@ const std::set<std::string>& fusibleBases() {
 }
 
 std::atomic<bool>& enabledFlag() {
-  static std::atomic<bool> on{[] {
-    const char* v = std::getenv("TORCHNEURON_FUSION");
-    return !(v && std::strcmp(v, "0") == 0);
-  }()};
+  static std::atomic<bool> on{backendConfig().fusion};
   return on;
 }
 

@@ -24,6 +24,8 @@ struct BackendConfig {
   bool async_path = true;
   // TORCHNEURON_LEARNED_LAYOUTS=0: no learned layouts (AsyncPath.cpp); such calls run synchronously.
   bool learned_layouts = true;
+  // TORCHNEURON_FUSION=0: queued pointwise ops never run fused (Fusion.h).
+  bool fusion = true;
   bool dist_check = true;
   bool dist_shm = true;
 };
