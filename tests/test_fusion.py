@@ -166,27 +166,42 @@ def test_random_chains_fused_unfused_and_cpu_are_bitwise_equal(fusion_on, dtype)
     assert fused_ops > 24, "the chains never fused: the test would prove nothing"
 
 
-@requires_async
-def test_small_independent_ops_share_the_threads(fusion_on):
-    # A foreach optimizer's step: the same ops over many small parameters.
+def _optimizer_steps(make_opt, sizes, steps=3):
     torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(1000 + 37 * i)) for i in range(40)]
+    params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]
     for p in params:
         p.grad = torch.randn_like(p)
     dev = [torch.nn.Parameter(p.detach().to(NEURON)) for p in params]
     for p, q in zip(params, dev):
         q.grad = p.grad.to(NEURON)
-    opt_cpu = torch.optim.AdamW(params, lr=1e-2)
-    opt_dev = torch.optim.AdamW(dev, lr=1e-2)
-    for _ in range(3):
+    opt_cpu, opt_dev = make_opt(params), make_opt(dev)
+    for _ in range(steps):
         opt_cpu.step()
         hold_stream()
         opt_dev.step()
     torch.neuron.synchronize()
     for p, q in zip(params, dev):
         assert torch.equal(p.detach(), q.detach().cpu())
-    stats = torchneuron.get_fusion_stats()
-    assert stats["ops"] > 3 * 40, stats
+
+
+@requires_async
+@pytest.mark.parametrize("sizes", [[1000 + 37 * i for i in range(40)],  # each op on one thread
+                                   [40000, 70001, 5, 3000]],            # some split by elements
+                         ids=["small", "mixed"])
+def test_foreach_optimizer_steps_queue_one_item_per_call(fusion_on, sizes):
+    # PyTorch's default AdamW on a PrivateUse1 device takes the foreach path.
+    _optimizer_steps(lambda ps: torch.optim.AdamW(ps, lr=1e-2), sizes)
+    paths = torchneuron.get_op_paths()
+    assert paths["aten::_foreach_lerp_.Scalar"]["async"] == 3, paths
+    assert paths["aten::_foreach_addcdiv_.ScalarList"]["async"] == 3, paths
+    assert "aten::lerp_.Scalar" not in paths  # not one dispatch per parameter
+    # _foreach_sqrt returns a list: it stays composite, its per-tensor ops fuse.
+    assert torchneuron.get_fusion_stats()["by_op"].get("aten::sqrt", 0) > 0
+    # SGD with momentum and weight decay, too.
+    torchneuron.clear_op_tracking()
+    _optimizer_steps(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2,
+                                                nesterov=True), sizes)
+    assert any(op.startswith("aten::_foreach_add_") for op in torchneuron.get_op_paths())
 
 
 @requires_async

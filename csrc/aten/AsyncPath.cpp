@@ -36,6 +36,7 @@
 #include "core/HostWait.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -98,8 +99,30 @@ struct FusibleKernel final : FusibleOp {
   std::shared_ptr<const MetaResult> meta;
 };
 
+// A foreach kernel whose lists are shared among the compute threads: each
+// list element's op runs whole on one thread, as it does alone (it is below
+// the size its kernel would split), so the bits are those of a lone run.
+void runSplit(const Kernel& kernel, const MetaResult& meta, int64_t length) {
+  HeldWarnings held;
+  {
+    c10::WarningUtils::WarningHandlerGuard guard(&held);
+    at::parallel_for(0, length, 1,
+                     [&](int64_t begin, int64_t end) { kernel.runListRange(begin, end); });
+  }
+  for (const auto& w : held.warnings)
+    if (!meta.warnedAlready(w)) c10::warn(w);
+}
+
 void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<const MetaResult> meta) {
   const WorkDesc work = describe(kernel);
+  if (kernel.plan->listSplit && fusionEnabled()) {
+    if (const int64_t length = kernel.listSplitLength()) {
+      launchWork(stream, work, [kernel = std::move(kernel), meta = std::move(meta), length]() {
+        runSplit(kernel, *meta, length);
+      });
+      return;
+    }
+  }
   if (kernel.plan->fusible && fusionEnabled()) {
     if (const int64_t numel = kernel.fusibleNumel()) {
       auto op = std::make_unique<FusibleKernel>(std::move(kernel), std::move(meta));
@@ -203,7 +226,11 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
       keyPut<int8_t>(p.key, 'G');
     } else {
       slot.value = iv;
-      if (!keyValue(p.key, iv)) p.cacheable = false;
+      // The output metadata of an op on the fusion list (and of a foreach
+      // over one) never depends on a float's value: an optimizer's per-step
+      // scalars do not make every step a new Meta pass.
+      if (!keyValue(p.key, iv, /*floatsByType=*/plan.fusible || plan.listSplit))
+        p.cacheable = false;
     }
   }
   keyGlobals(p.key);

@@ -64,6 +64,15 @@ bool keyValue(std::string& key, const c10::IValue& iv, bool floatsByType) {
     return true;
   }
   if (iv.isDevice()) return keyPut<int8_t>(key, 'v'), keyPut(key, iv.toDevice().index()), true;
+  if (iv.isList()) {  // a Scalar[] (a foreach op's per-tensor scalars)
+    c10::ArrayRef<c10::IValue> items = iv.toListRef();
+    keyPut<int8_t>(key, 'l');
+    keyPut<int64_t>(key, static_cast<int64_t>(items.size()));
+    for (const c10::IValue& item : items) {
+      if (item.isList() || !keyValue(key, item, floatsByType)) return false;
+    }
+    return true;
+  }
   return false;
 }
 

@@ -213,6 +213,12 @@ bool fusibleOpName(const std::string& name) {
   return fusibleBases().count(base) > 0;
 }
 
+bool fusibleForeachName(const std::string& name) {
+  const std::string prefix = "aten::_foreach_";
+  if (name.rfind(prefix, 0) != 0) return false;
+  return fusibleOpName(name.substr(prefix.size()));
+}
+
 bool fusionEnabled() { return enabledFlag().load(std::memory_order_relaxed); }
 void setFusionEnabled(bool on) { enabledFlag().store(on); }
 

@@ -60,6 +60,9 @@ class FusibleOp {
 // Whether an op of this name ("aten::mul.out") is on the list of ops whose
 // CPU kernels split their elements as a pass does (see above).
 bool fusibleOpName(const std::string& name);
+// Whether a foreach op ("aten::_foreach_mul_.Scalar") applies an op on that
+// list (Foreach.cpp).
+bool fusibleForeachName(const std::string& name);
 
 // Whether fusion is on (TORCHNEURON_FUSION, set_fusion_enabled).
 bool fusionEnabled();

@@ -114,6 +114,7 @@ Plan* planFor(const c10::OperatorHandle& op) {
     plan = new Plan();
     makePlan(op, *plan);
     plan->fusible = fusibleOpName(plan->name);
+    plan->listSplit = fusibleForeachName(plan->name);
   }
   local.emplace(op, plan);
   return plan;

@@ -32,6 +32,8 @@ struct Plan {
   bool batchNorm = false;
   // On the list of ops a fusion pass may split (Fusion.h).
   bool fusible = false;
+  // A foreach op over such an op: its lists may be shared among threads (Foreach.cpp).
+  bool listSplit = false;
 };
 
 // The plan of `op`: made on first use, never freed (a thread-local map then

@@ -5,6 +5,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <c10/util/accumulate.h>
 
 namespace torchneuron {
@@ -148,6 +149,52 @@ void Kernel::runRange(int64_t begin, int64_t end) const {
     const auto& o = outs[f++];
     if (o) piece(*o).copy_(s[r].toTensor());
   }
+}
+
+int64_t Kernel::listSplitLength() const {
+  int64_t len = -1;
+  for (const ArgSlot& slot : slots) {
+    int64_t n = 0;
+    if (slot.kind == ArgSlot::kTensorList) {
+      n = static_cast<int64_t>(slot.tensors.size());
+      for (const auto& ref : slot.tensors) {
+        if (!ref || c10::multiply_integers(ref->sizes) > at::internal::GRAIN_SIZE) return 0;
+      }
+    } else if (slot.kind == ArgSlot::kOptTensorList) {
+      return 0;
+    } else if (slot.kind == ArgSlot::kValue && slot.value.isList()) {
+      n = static_cast<int64_t>(slot.value.toListRef().size());
+    } else {
+      continue;
+    }
+    if (len < 0) len = n;
+    else if (len != n) return 0;
+  }
+  return len > 1 ? len : 0;
+}
+
+void Kernel::runListRange(int64_t begin, int64_t end) const {
+  at::AutoDispatchBelowADInplaceOrView below;
+  torch::jit::Stack s;
+  s.reserve(slots.size());
+  CpuStorages storages;
+  for (const ArgSlot& slot : slots) {
+    if (slot.kind == ArgSlot::kTensorList) {
+      c10::List<at::Tensor> part;
+      part.reserve(end - begin);
+      for (int64_t j = begin; j < end; ++j) part.push_back(slot.tensors[j]->cpu(storages));
+      s.emplace_back(std::move(part));
+    } else if (slot.kind == ArgSlot::kValue && slot.value.isList()) {
+      const c10::impl::GenericList full = slot.value.toList();
+      c10::impl::GenericList part(full.elementType());
+      part.reserve(end - begin);
+      for (int64_t j = begin; j < end; ++j) part.push_back(full.get(j));
+      s.emplace_back(std::move(part));
+    } else {
+      s.push_back(rebuild(slot, storages));
+    }
+  }
+  target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
 }
 
 bool Kernel::functionalLayoutsMatch(const c10::OperatorHandle& op,

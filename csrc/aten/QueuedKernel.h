@@ -48,6 +48,15 @@ struct Kernel {
   // fusibleNumel), 0-dim ones whole.
   void runRange(int64_t begin, int64_t end) const;
 
+  // The length of the lists of a foreach kernel whose list elements may run
+  // on different threads: every list argument (tensors or scalars) has that
+  // length, every tensor is on the device and small enough that its own op
+  // runs on one thread (GRAIN_SIZE elements); else 0.
+  int64_t listSplitLength() const;
+
+  // The kernel on elements [begin, end) of its lists.
+  void runListRange(int64_t begin, int64_t end) const;
+
   // Whether CPU's functional kernel gives its fresh results the layouts the
   // Meta pass gave (a result's strides steer the kernels that read it: a
   // transposed Vh from svd sends a later mm down another BLAS route). Runs
