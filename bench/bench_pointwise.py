@@ -15,7 +15,10 @@ pass moves less and could show above 1.0 of the triad.
 Every chain runs on both devices from the same inputs; results are compared
 bitwise (a chain that differs is reported, never timed silently). Devices
 alternate between repeats so both see the same machine load; the load
-average is printed.
+average is printed. "unfused" is neuron with adaptive eager fusion off
+(torchneuron.set_fusion_enabled(False)), timed in the same alternation: the
+A/B of what fusion gives (for AdamW it also keeps the foreach lists on one
+thread).
 """
 import argparse
 import math
@@ -24,6 +27,8 @@ import statistics
 import time
 
 import torch
+
+import torchneuron
 
 
 def gelu_tanh(x):
@@ -52,18 +57,31 @@ def parse_size(s):
 
 
 def sync(device):
-    if device == "neuron":
+    if device != "cpu":
         torch.neuron.synchronize()
 
 
 def timed(fn, device, iters):
-    fn()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(iters):
+    # "unfused": neuron with adaptive eager fusion off, the A/B of what it gives.
+    torchneuron.set_fusion_enabled(device != "unfused")
+    try:
         fn()
-    sync(device)
-    return (time.perf_counter() - start) / iters
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync(device)
+        return (time.perf_counter() - start) / iters
+    finally:
+        torchneuron.set_fusion_enabled(True)
+
+
+def report(name, res, gbs, triad, same):
+    c, d, u = (statistics.median(res[k]) for k in ("cpu", "neuron", "unfused"))
+    print(f"  {name:<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
+          f"speed neuron / cpu {c / d:.2f}x (target >= 2; unfused {c / u:.2f}x)  bandwidth cpu "
+          f"{gbs(c):.1f} GB/s ({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s "
+          f"({gbs(d) / triad:.2f})  bitwise equal: {same}")
 
 
 def triad_gbs(n, repeats):
@@ -100,31 +118,22 @@ def main():
         x_dev = x_cpu.to("neuron")
         for name, (fn, bytes_per_elem) in CHAINS.items():
             same = torch.equal(fn(x_cpu), fn(x_dev).cpu())
-            res = {"cpu": [], "neuron": []}
+            res = {"cpu": [], "neuron": [], "unfused": []}
             for _ in range(args.repeats):
-                for device, x in (("cpu", x_cpu), ("neuron", x_dev)):
+                for device, x in (("cpu", x_cpu), ("neuron", x_dev), ("unfused", x_dev)):
                     res[device].append(timed(lambda: fn(x), device, args.iters))
-            c, d = statistics.median(res["cpu"]), statistics.median(res["neuron"])
-            gbs = lambda t: bytes_per_elem * n / t / 1e9  # noqa: E731
-            print(f"  {name:<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
-                  f"speed neuron / cpu {c / d:.2f}x (target >= 2)  bandwidth cpu {gbs(c):.1f} "
-                  f"GB/s ({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s "
-                  f"({gbs(d) / triad:.2f})  bitwise equal: {same}")
+            report(name, res, lambda t: bytes_per_elem * n / t / 1e9, triad, same)  # noqa: B023
         # AdamW (default, 64 tensors): per element the unfused foreach step
         # makes 12 reads and 8 writes of float32 values (8 ops).
-        setups = {d: adamw_setup(d, n, 64) for d in ("cpu", "neuron")}
-        res = {"cpu": [], "neuron": []}
+        setups = {d: adamw_setup("cpu" if d == "cpu" else "neuron", n, 64)
+                  for d in ("cpu", "neuron", "unfused")}
+        res = {"cpu": [], "neuron": [], "unfused": []}
         for _ in range(args.repeats):
             for device, (_, opt) in setups.items():
                 res[device].append(timed(opt.step, device, args.iters))
-        same = all(torch.equal(a.detach(), b.detach().cpu())
-                   for a, b in zip(setups["cpu"][0], setups["neuron"][0]))
-        c, d = statistics.median(res["cpu"]), statistics.median(res["neuron"])
-        gbs = lambda t: 20 * 4 * n / t / 1e9  # noqa: E731
-        print(f"  {'adamw':<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
-              f"speed neuron / cpu {c / d:.2f}x (target >= 2)  bandwidth cpu {gbs(c):.1f} GB/s "
-              f"({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s ({gbs(d) / triad:.2f})"
-              f"  parameters bitwise equal: {same}")
+        same = all(torch.equal(a.detach(), b.detach().cpu()) and torch.equal(a.detach(), u.detach().cpu())
+                   for a, b, u in zip(setups["cpu"][0], setups["neuron"][0], setups["unfused"][0]))
+        report("adamw", res, lambda t: 20 * 4 * n / t / 1e9, triad, same)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
