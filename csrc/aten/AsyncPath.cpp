@@ -113,13 +113,55 @@ void runSplit(const Kernel& kernel, const MetaResult& meta, int64_t length) {
     if (!meta.warnedAlready(w)) c10::warn(w);
 }
 
+// A foreach kernel over an op of the fusion list (Foreach.cpp): alone, it
+// shares its lists among the threads when that computes what a serial run
+// does; in a fusion pass it runs index by index with the others.
+struct FusibleForeach final : FusibleOp {
+  FusibleForeach(Kernel k, std::shared_ptr<const MetaResult> m)
+      : kernel(std::move(k)), meta(std::move(m)) {}
+  void run() override {
+    const FusibleOp* self = this;
+    if (smallLists && listLength > 1 && indexwiseIndependent({&self, 1}))
+      runSplit(kernel, *meta, listLength);
+    else
+      runQueued(kernel, *meta);
+  }
+  void runRange(int64_t, int64_t) override {
+    TORCH_INTERNAL_ASSERT(false, "a foreach kernel has no element range");
+  }
+  void runList(int64_t begin, int64_t end) override { kernel.runListRange(begin, end); }
+  Kernel kernel;
+  std::shared_ptr<const MetaResult> meta;
+};
+
+// The bytes each list index of a foreach kernel touches.
+void describeLists(const Kernel& k, FusibleOp& op) {
+  bool first = true;
+  for (size_t i = 0; i < k.slots.size(); ++i) {
+    const ArgSlot& slot = k.slots[i];
+    const bool write = k.plan->writtenArg[i];
+    if (slot.kind == ArgSlot::kTensorList) {
+      for (size_t j = 0; j < slot.tensors.size(); ++j) {
+        op.indexSpans.push_back({spanOf(*slot.tensors[j]), static_cast<int64_t>(j), write});
+        if (first) op.indexNumel.push_back(c10::multiply_integers(slot.tensors[j]->sizes));
+      }
+      first = false;
+    } else if (slot.kind == ArgSlot::kTensor && slot.tensors[0]) {
+      op.indexSpans.push_back({spanOf(*slot.tensors[0]), -1, write});
+    }
+  }
+}
+
 void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<const MetaResult> meta) {
   const WorkDesc work = describe(kernel);
+  bool small = false;
   if (kernel.plan->listSplit && fusionEnabled()) {
-    if (const int64_t length = kernel.listSplitLength()) {
-      launchWork(stream, work, [kernel = std::move(kernel), meta = std::move(meta), length]() {
-        runSplit(kernel, *meta, length);
-      });
+    if (const int64_t length = kernel.listLength(&small)) {
+      auto op = std::make_unique<FusibleForeach>(std::move(kernel), std::move(meta));
+      op->listLength = length;
+      op->smallLists = small;
+      describeLists(op->kernel, *op);
+      launchFusible(stream, work, std::move(op));
       return;
     }
   }

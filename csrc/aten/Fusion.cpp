@@ -83,7 +83,7 @@ bool clear(c10::ArrayRef<nrtBufferRange> mine, c10::ArrayRef<nrtBufferRange> the
 
 // Whether `next` may join a pass holding `ops`.
 bool joins(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
-  if (next.numel != ops[0]->numel) return false;
+  if (next.listLength != 0 || next.numel != ops[0]->numel) return false;
   for (const FusibleOp* op : ops) {
     if (!clear(next.reads, op->writes) || !clear(next.writes, op->writes) ||
         !clear(next.writes, op->reads))
@@ -147,7 +147,7 @@ bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
         if (overlap(x, y)) return false;
     return true;
   };
-  if (next.numel > at::internal::GRAIN_SIZE) return false;
+  if (next.listLength != 0 || next.numel > at::internal::GRAIN_SIZE) return false;
   for (const FusibleOp* op : ops) {
     if (!apart(next.writes, op->writes) || !apart(next.writes, op->reads) ||
         !apart(next.reads, op->writes))
@@ -156,19 +156,71 @@ bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
   return true;
 }
 
+// A list pass: every op on list index j, then index j + 1 (when every
+// tensor is small, the indices shared among the threads); each op computes
+// what it would alone, with the same per-tensor kernel.
+void runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
+  const int64_t length = ops[0]->listLength;
+  bool small = true;
+  for (const FusibleOp* op : ops) small = small && op->smallLists;
+  // A step takes consecutive indices up to a block's worth of elements, so
+  // that its ops find their tensors in cache and small tensors do not each
+  // pay a kernel call per op.
+  const std::vector<int64_t>& sizes = ops[0]->indexNumel;
+  auto steps = [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end;) {
+      int64_t next = j + 1, elements = sizes[j];
+      while (next < end && elements + sizes[next] <= kBlock) elements += sizes[next++];
+      for (size_t k = 0; k < ops.size(); ++k) {
+        if (failure.any.load(std::memory_order_relaxed)) return;
+        try {
+          ops[k]->runList(j, next);
+        } catch (const c10::Error& e) {
+          failure.note(k, e.what_without_backtrace());
+          return;
+        } catch (const std::exception& e) {
+          failure.note(k, e.what());
+          return;
+        }
+      }
+      j = next;
+    }
+  };
+  if (small) at::parallel_for(0, length, 1, steps);
+  else steps(0, length);  // each op splits its own large tensors
+}
+
 nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_t* failed) {
   auto opAt = [&](size_t k) { return closureOf(args[k])->fn.op.get(); };
   c10::SmallVector<FusibleOp*, NRT_MAX_FUSED> ops{opAt(0)};
-  // Small ops over memory of their own (a foreach optimizer's step over
-  // many parameters): each runs whole on one thread, as it does unfused
-  // (under GRAIN_SIZE elements its kernel does not split), and the threads
-  // share the ops. Else a chain over the same elements, split as one op.
-  bool spread = ops[0]->numel <= at::internal::GRAIN_SIZE;
-  while (spread && ops.size() < count && independent(ops, *opAt(ops.size())))
-    ops.push_back(opAt(ops.size()));
-  spread = ops.size() > 1;
-  while (!spread && ops.size() < count && joins(ops, *opAt(ops.size())))
-    ops.push_back(opAt(ops.size()));
+  const bool lists = ops[0]->listLength > 0;
+  bool spread = false;
+  if (lists) {
+    // Foreach ops over lists of one length, index by index: an optimizer's
+    // ops on one parameter run while its tensors are in cache. Lists of small
+    // tensors run alone, shared among the threads: stepping through them
+    // costs a kernel call per op and step, more than cache reuse gives back
+    // (default AdamW over 64 x 16K parameters: 2.7 ms per step against 2.4).
+    while (!ops[0]->smallLists && ops.size() < count &&
+           opAt(ops.size())->listLength == ops[0]->listLength &&
+           !opAt(ops.size())->smallLists) {
+      c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> with(ops.begin(), ops.end());
+      with.push_back(opAt(ops.size()));
+      if (!indexwiseIndependent(with)) break;
+      ops.push_back(opAt(ops.size()));
+    }
+  } else {
+    // Small ops over memory of their own (the per-parameter ops of a
+    // functional foreach): each runs whole on one thread, as it does unfused
+    // (under GRAIN_SIZE elements its kernel does not split), and the threads
+    // share the ops. Else a chain over the same elements, split as one op.
+    spread = ops[0]->numel <= at::internal::GRAIN_SIZE;
+    while (spread && ops.size() < count && independent(ops, *opAt(ops.size())))
+      ops.push_back(opAt(ops.size()));
+    spread = ops.size() > 1;
+    while (!spread && ops.size() < count && joins(ops, *opAt(ops.size())))
+      ops.push_back(opAt(ops.size()));
+  }
   *ran = ops.size();
   *failed = 0;
   if (ops.size() == 1) return detail::runClosure<FusibleCall>(args[0]);
@@ -180,7 +232,9 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
     c10::WarningUtils::WarningHandlerGuard warningGuard(&collected);
     const bool outer = inQueuedWork();
     setInQueuedWork(true);
-    if (spread) {
+    if (lists) {
+      runLists(ops, failure);
+    } else if (spread) {
       at::parallel_for(0, static_cast<int64_t>(ops.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) runChunk({ops[k]}, 0, ops[k]->numel, failure, k);
       });
@@ -205,6 +259,28 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
 nrtFuser gFuser{&runPass};
 
 }  // namespace
+
+bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
+  // Every span of every op, by address; a pair that overlaps conflicts when
+  // one of them writes and they belong to different indices (or one to
+  // every index).
+  std::vector<const FusibleOp::IndexSpan*> spans;
+  for (const FusibleOp* op : ops)
+    for (const auto& s : op->indexSpans)
+      if (s.range.bytes != 0) spans.push_back(&s);
+  std::sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {
+    return a->range.ptr < b->range.ptr;
+  });
+  for (size_t a = 0; a < spans.size(); ++a) {
+    const char* endA = static_cast<const char*>(spans[a]->range.ptr) + spans[a]->range.bytes;
+    for (size_t b = a + 1; b < spans.size() && spans[b]->range.ptr < endA; ++b) {
+      const auto& x = *spans[a];
+      const auto& y = *spans[b];
+      if ((x.write || y.write) && (x.index != y.index || x.index < 0)) return false;
+    }
+  }
+  return true;
+}
 
 bool fusibleOpName(const std::string& name) {
   std::string base = name.rfind("aten::", 0) == 0 ? name.substr(6) : name;

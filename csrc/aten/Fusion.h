@@ -39,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace torchneuron {
 
@@ -55,7 +56,28 @@ class FusibleOp {
   const char* name = "<unnamed kernel>";  // lives as long as the process
   int64_t numel = 0;
   c10::SmallVector<nrtBufferRange, 4> reads, writes;  // device bytes
+
+  // A foreach op instead: the length of its lists (0 for an elementwise op),
+  // whether every tensor is under GRAIN_SIZE elements (its op then runs on
+  // one thread), and the bytes each list index touches (index -1: a tensor
+  // every index reads, like a foreach op's scalar tensor).
+  int64_t listLength = 0;
+  bool smallLists = false;
+  struct IndexSpan {
+    nrtBufferRange range;
+    int64_t index;
+    bool write;
+  };
+  std::vector<IndexSpan> indexSpans;
+  std::vector<int64_t> indexNumel;  // elements of the first list's tensor at each index
+  // List indices [begin, end) of every list, on this thread.
+  virtual void runList(int64_t begin, int64_t end) {}
 };
+
+// Whether list ops `ops` may run index by index in any order of the indices
+// (and the ops of one index in their order): nothing one index writes is
+// touched by another index of any of them.
+bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops);
 
 // Whether an op of this name ("aten::mul.out") is on the list of ops whose
 // CPU kernels split their elements as a pass does (see above).

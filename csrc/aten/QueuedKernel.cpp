@@ -151,14 +151,16 @@ void Kernel::runRange(int64_t begin, int64_t end) const {
   }
 }
 
-int64_t Kernel::listSplitLength() const {
+int64_t Kernel::listLength(bool* small) const {
   int64_t len = -1;
+  *small = true;
   for (const ArgSlot& slot : slots) {
     int64_t n = 0;
     if (slot.kind == ArgSlot::kTensorList) {
       n = static_cast<int64_t>(slot.tensors.size());
       for (const auto& ref : slot.tensors) {
-        if (!ref || c10::multiply_integers(ref->sizes) > at::internal::GRAIN_SIZE) return 0;
+        if (!ref) return 0;
+        *small = *small && c10::multiply_integers(ref->sizes) <= at::internal::GRAIN_SIZE;
       }
     } else if (slot.kind == ArgSlot::kOptTensorList) {
       return 0;
@@ -170,7 +172,7 @@ int64_t Kernel::listSplitLength() const {
     if (len < 0) len = n;
     else if (len != n) return 0;
   }
-  return len > 1 ? len : 0;
+  return len > 0 ? len : 0;
 }
 
 void Kernel::runListRange(int64_t begin, int64_t end) const {

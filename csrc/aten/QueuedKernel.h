@@ -48,11 +48,11 @@ struct Kernel {
   // fusibleNumel), 0-dim ones whole.
   void runRange(int64_t begin, int64_t end) const;
 
-  // The length of the lists of a foreach kernel whose list elements may run
-  // on different threads: every list argument (tensors or scalars) has that
-  // length, every tensor is on the device and small enough that its own op
-  // runs on one thread (GRAIN_SIZE elements); else 0.
-  int64_t listSplitLength() const;
+  // The length of a foreach kernel's lists when every list argument
+  // (tensors or scalars) has it and every listed tensor is on the device,
+  // else 0; *small: every listed tensor is small enough that its own op runs
+  // on one thread (GRAIN_SIZE elements).
+  int64_t listLength(bool* small) const;
 
   // The kernel on elements [begin, end) of its lists.
   void runListRange(int64_t begin, int64_t end) const;
