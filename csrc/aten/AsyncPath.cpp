@@ -166,7 +166,8 @@ void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<con
     }
   }
   if (kernel.plan->fusible && fusionEnabled()) {
-    if (const int64_t numel = kernel.fusibleNumel()) {
+    const int64_t numel = kernel.fusibleNumel();
+    if (numel >= kMinFusibleElements) {
       auto op = std::make_unique<FusibleKernel>(std::move(kernel), std::move(meta));
       op->numel = numel;
       launchFusible(stream, work, std::move(op));

@@ -149,7 +149,8 @@ WorkDesc describe(const char* name, const at::Tensor& out, const at::Tensor& a,
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
              const at::Tensor& b, const at::Scalar& alpha) {
   auto stream = getCurrentStream(out.device().index());
-  if (fusionEnabled() && out.is_contiguous() && fusible(a, out) && fusible(b, out)) {
+  if (out.numel() >= kMinFusibleElements && fusionEnabled() && out.is_contiguous() &&
+      fusible(a, out) && fusible(b, out)) {
     auto op = std::make_unique<FastOp>();
     op->kind = kind;
     op->out = Operand::of(out, /*written=*/true);
