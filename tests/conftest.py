@@ -85,3 +85,18 @@ def assert_same(neuron_result, cpu_result):
     by element."""
     reason = harness.compare(neuron_result, cpu_result)
     assert reason is None, reason
+
+
+def chrome_trace_events(prof):
+    """The events of a finished torch.profiler session, as its Chrome trace has them."""
+    import json
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return json.load(f)["traceEvents"]
+    finally:
+        os.remove(path)

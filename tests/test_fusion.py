@@ -7,20 +7,18 @@ device gives): the fusion statistics then show that they did fuse, and the
 values show that fusing changed nothing. Sizes cross ATen's per-thread split
 (32768 elements) with ragged ends, so that vector tails fall inside chains.
 """
-import json
 import math
 import os
 import random
 import subprocess
 import sys
-import tempfile
 
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import torchneuron
-from conftest import NEURON, requires_async
+from conftest import NEURON, chrome_trace_events, requires_async
 
 SIZES = [7, 2049, 4096, 32768, 32769, 65536 + 13, 200003]
 
@@ -265,14 +263,7 @@ def test_profiler_shows_the_pass_of_each_fused_op(fusion_on):
         hold_stream()
         y = (x * 2 + 1) * 3
         torch.neuron.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f)["traceEvents"]
-    finally:
-        os.remove(path)
+    events = chrome_trace_events(prof)
     fused = [e for e in events if e.get("cat") == "kernel" and "fused pass" in e.get("args", {})]
     assert [e["name"] for e in fused] == ["aten::mul.Tensor", "aten::add.Tensor", "aten::mul.Tensor"]
     assert {e["args"]["fused ops"] for e in fused} == {3}

@@ -3,9 +3,7 @@ the stream, as PyTorch ops (nki_op) in eager, autograd and torch.compile, and
 the kernel library's fused RMSNorm against the eager composition on CPU."""
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 
 import pytest
@@ -14,7 +12,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import torchneuron
-from conftest import requires_async
+from conftest import chrome_trace_events, requires_async
 from torchneuron.kernels import cpp_kernel, nki_op, rms_norm
 
 N = "neuron"
@@ -90,14 +88,7 @@ def test_profiler_shows_the_kernel_under_its_name():
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         axpy(a, b, 1.0)
         torch.neuron.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f)["traceEvents"]
-    finally:
-        os.remove(path)
+    events = chrome_trace_events(prof)
     work = [e for e in events if e.get("name") == "test_axpy" and e.get("cat") == "kernel"]
     assert len(work) == 1, [e.get("name") for e in events if e.get("cat") == "kernel"]
     assert work[0]["args"]["kind"] == "custom"

@@ -6,9 +6,6 @@ and on a second device) is profiled with CPU + PrivateUse1 activities, and the
 exported Chrome trace, key_averages() and the legacy profiler are checked
 against what the step must have done on the device.
 """
-import json
-import os
-import tempfile
 import threading
 
 import pytest
@@ -18,7 +15,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import torchneuron
-from conftest import NEURON
+from conftest import NEURON, chrome_trace_events
 
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
@@ -47,17 +44,6 @@ def _train_step(model, opt, side_stream=None):
     return loss.detach().cpu(), half.cpu()        # D2H
 
 
-def _export(prof):
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            return json.load(f)["traceEvents"]
-    finally:
-        os.remove(path)
-
-
 @pytest.fixture(scope="module")
 def profiled():
     model, opt = _model()
@@ -71,7 +57,7 @@ def profiled():
             (torch.ones(64, device="neuron:1") * 2).cpu()
         with torch.profiler.record_function("user_scope"):
             torch.neuron._sleep(100)              # a kernel no aten op launched
-    return prof, _export(prof), side.stream_id, threading.get_native_id()
+    return prof, chrome_trace_events(prof), side.stream_id, threading.get_native_id()
 
 
 def test_every_work_item_is_on_its_stream_lane_with_a_duration(profiled):
@@ -205,12 +191,12 @@ def test_profiling_off_records_nothing():
     # A CPU-only trace asks for no device activity: no session, no records.
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         _train_step(model, opt)
-    assert not [e for e in _export(prof) if e.get("cat") in DEVICE_CATS]
+    assert not [e for e in chrome_trace_events(prof) if e.get("cat") in DEVICE_CATS]
     assert torchneuron._C._drain_activity_records() == 0
     # After a device trace, recording is off again.
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         _train_step(model, opt)
-    assert [e for e in _export(prof) if e.get("cat") in DEVICE_CATS]
+    assert [e for e in chrome_trace_events(prof) if e.get("cat") in DEVICE_CATS]
     _train_step(model, opt)
     torch.neuron.synchronize()
     assert torchneuron._C._drain_activity_records() == 0
@@ -223,7 +209,7 @@ def test_work_queued_between_traces_is_in_neither():
     torch.neuron._sleep(20000)                    # still running when the next trace starts
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
         torch.ones(4, device=NEURON).cpu()
-    names = [e["name"] for e in _export(prof) if e.get("cat") in DEVICE_CATS]
+    names = [e["name"] for e in chrome_trace_events(prof) if e.get("cat") in DEVICE_CATS]
     assert "torchneuron::_sleep" not in names
     assert any(n.startswith("Memcpy DtoH") for n in names), names
 
@@ -234,7 +220,7 @@ def test_scheduled_traces_each_hold_their_own_steps():
     traces = []
 
     def on_trace_ready(prof):
-        traces.append([e for e in _export(prof) if e.get("cat") in DEVICE_CATS])
+        traces.append([e for e in chrome_trace_events(prof) if e.get("cat") in DEVICE_CATS])
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
                  schedule=torch.profiler.schedule(wait=1, warmup=1, active=1, repeat=2),
