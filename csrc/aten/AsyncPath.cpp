@@ -67,14 +67,17 @@ namespace {
 // (KernelWarnings.h), but not those already given at the op by the Meta
 // pass; a kernel that left the layouts it was given is an error naming the
 // op, and calls of its kind run synchronously from then on.
-void runQueued(const Kernel& kernel, const MetaResult& meta) {
+// f() with the warnings it raises passed on, except those the Meta pass
+// already gave at the op; its exception, if any, after them.
+template <class F>
+auto withKernelWarnings(const MetaResult& meta, F&& f) {
   HeldWarnings held;
-  bool ok = false;
   std::exception_ptr error;
+  decltype(f()) result{};
   {
     c10::WarningUtils::WarningHandlerGuard guard(&held);
     try {
-      ok = kernel.run();
+      result = f();
     } catch (...) {
       error = std::current_exception();
     }
@@ -82,7 +85,11 @@ void runQueued(const Kernel& kernel, const MetaResult& meta) {
   for (const auto& w : held.warnings)
     if (!meta.warnedAlready(w)) c10::warn(w);
   if (error) std::rethrow_exception(error);
-  if (ok) return;
+  return result;
+}
+
+void runQueued(const Kernel& kernel, const MetaResult& meta) {
+  if (withKernelWarnings(meta, [&] { return kernel.run(); })) return;
   meta.verdict.store(MetaResult::kDisagrees, std::memory_order_release);
   TORCH_CHECK(false, "CPU's kernel for ", kernel.plan->name,
               " did not write into the layout its Meta kernel gave for these "
@@ -103,14 +110,11 @@ struct FusibleKernel final : FusibleOp {
 // list element's op runs whole on one thread, as it does alone (it is below
 // the size its kernel would split), so the bits are those of a lone run.
 void runSplit(const Kernel& kernel, const MetaResult& meta, int64_t length) {
-  HeldWarnings held;
-  {
-    c10::WarningUtils::WarningHandlerGuard guard(&held);
+  withKernelWarnings(meta, [&] {
     at::parallel_for(0, length, 1,
                      [&](int64_t begin, int64_t end) { kernel.runListRange(begin, end); });
-  }
-  for (const auto& w : held.warnings)
-    if (!meta.warnedAlready(w)) c10::warn(w);
+    return true;
+  });
 }
 
 // A foreach kernel over an op of the fusion list (Foreach.cpp): alone, it

@@ -72,10 +72,8 @@ void functionalEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // A unary functional foreach op with an .out form: (Tensor[] self) -> Tensor[].
 bool unaryFunctional(const c10::OperatorName& name) {
-  const std::string prefix = "aten::_foreach_";
-  if (name.name.rfind(prefix, 0) != 0 || name.name.back() == '_' || !name.overload_name.empty())
+  if (name.name.back() == '_' || !name.overload_name.empty() || !fusibleForeachName(name.name))
     return false;
-  if (!fusibleForeachName(name.name)) return false;
   auto op = c10::Dispatcher::singleton().findOp(name);
   auto out = c10::Dispatcher::singleton().findOp({name.name, "out"});
   if (!op || !out) return false;
@@ -86,9 +84,7 @@ bool unaryFunctional(const c10::OperatorName& name) {
 
 // "_foreach_add_" and the like, for ops on the fusion list.
 bool routed(const c10::OperatorName& name) {
-  const std::string prefix = "aten::_foreach_";
-  if (name.name.rfind(prefix, 0) != 0 || name.name.back() != '_') return false;
-  return fusibleForeachName(name.name);
+  return name.name.back() == '_' && fusibleForeachName(name.name);
 }
 
 }  // namespace

@@ -114,6 +114,19 @@ struct Failure {
     }
     any.store(true, std::memory_order_relaxed);
   }
+  // f(), the pass's op k; false (its failure noted) when it raised.
+  template <class F>
+  bool attempt(size_t k, F&& f) {
+    try {
+      f();
+      return true;
+    } catch (const c10::Error& e) {
+      note(k, e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      note(k, e.what());
+    }
+    return false;
+  }
 };
 
 // Every op of the pass on elements [begin, end), block by block; stops at a
@@ -124,17 +137,8 @@ void runChunk(c10::ArrayRef<FusibleOp*> ops, int64_t begin, int64_t end, Failure
   for (int64_t lo = begin; lo < end; lo += kBlock) {
     if (failure.any.load(std::memory_order_relaxed)) return;
     const int64_t hi = std::min(end, lo + kBlock);
-    for (size_t k = 0; k < ops.size(); ++k) {
-      try {
-        ops[k]->runRange(lo, hi);
-      } catch (const c10::Error& e) {
-        failure.note(first + k, e.what_without_backtrace());
-        return;
-      } catch (const std::exception& e) {
-        failure.note(first + k, e.what());
-        return;
-      }
-    }
+    for (size_t k = 0; k < ops.size(); ++k)
+      if (!failure.attempt(first + k, [&] { ops[k]->runRange(lo, hi); })) return;
   }
 }
 
@@ -173,15 +177,7 @@ void runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
       while (next < end && elements + sizes[next] <= kBlock) elements += sizes[next++];
       for (size_t k = 0; k < ops.size(); ++k) {
         if (failure.any.load(std::memory_order_relaxed)) return;
-        try {
-          ops[k]->runList(j, next);
-        } catch (const c10::Error& e) {
-          failure.note(k, e.what_without_backtrace());
-          return;
-        } catch (const std::exception& e) {
-          failure.note(k, e.what());
-          return;
-        }
+        if (!failure.attempt(k, [&] { ops[k]->runList(j, next); })) return;
       }
       j = next;
     }

@@ -59,8 +59,6 @@ struct Operand {
     return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
                          at::TensorOptions().dtype(dtype));
   }
-
-  bool scalar() const { return host.defined() || sizes.empty(); }
 };
 
 enum class Kind { Add, Mul };

@@ -67,23 +67,39 @@ KernelContext*& currentKernel() {
   return ctx;
 }
 
+namespace {
+
+// This thread runs kernels of `stream` while the scope lives
+// (nrtKernelSetError, nrtKernelCurrentStream).
+struct KernelScope {
+  KernelContext ctx;
+  KernelContext* outer;
+  explicit KernelScope(nrtStream_t stream) : outer(currentKernel()) {
+    ctx.stream = stream;
+    currentKernel() = &ctx;
+  }
+  ~KernelScope() { currentKernel() = outer; }
+};
+
+// The failure of the item named `name`, with its own message if it set one.
+KernelErrorPtr failureOf(const char* name, nrtStatus st, const KernelContext& ctx,
+                         const std::string& where = "") {
+  std::string msg = std::string("kernel '") + name + "' failed with " + nrtGetErrorName(st) + where;
+  if (ctx.messageSet) msg += ": " + ctx.message;
+  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg, name);
+}
+
+}  // namespace
+
 KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
   const uint64_t start = t.record ? activity::nowNs() : 0;
-  KernelContext ctx;
-  ctx.stream = stream;
-  KernelContext*& slot = currentKernel();
-  KernelContext* outer = slot;
-  slot = &ctx;
+  KernelScope scope(stream);
   nrtStatus st = t.fn(t.args());
-  slot = outer;
   if (t.record) {
     activity::finish(t.record, start, activity::nowNs(), st);
     t.record = nullptr;
   }
-  if (st == NRT_SUCCESS) return nullptr;
-  std::string msg = std::string("kernel '") + t.name + "' failed with " + nrtGetErrorName(st);
-  if (ctx.messageSet) msg += ": " + ctx.message;
-  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg, t.name);
+  return st == NRT_SUCCESS ? nullptr : failureOf(t.name, st, scope.ctx);
 }
 
 KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t* ran) {
@@ -101,14 +117,14 @@ KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t*
     timed = timed || tasks[k].record != nullptr;
   }
   const uint64_t start = timed ? activity::nowNs() : 0;
-  KernelContext ctx;
-  ctx.stream = stream;
-  KernelContext*& slot = currentKernel();
-  KernelContext* outer = slot;
-  slot = &ctx;
   size_t done = 0, failed = 0;
-  nrtStatus st = fuser->run(fuser, args, count, &done, &failed);
-  slot = outer;
+  nrtStatus st;
+  KernelContext ctx;
+  {
+    KernelScope scope(stream);
+    st = fuser->run(fuser, args, count, &done, &failed);
+    ctx = scope.ctx;
+  }
   if (done == 0 && st == NRT_SUCCESS) return runKernel(tasks[0], stream);  // declined
   if (done == 0 || done > count || (st != NRT_SUCCESS && failed >= done)) {
     // A fuser breaking its contract: what ran is unknown; fail every item offered.
@@ -129,11 +145,8 @@ KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t*
     tasks[k].record = nullptr;
   }
   if (st == NRT_SUCCESS) return nullptr;
-  const char* name = tasks[failed].name;
-  std::string msg = std::string("kernel '") + name + "' failed with " + nrtGetErrorName(st) +
-                    " (in a fused pass of " + std::to_string(done) + " items)";
-  if (ctx.messageSet) msg += ": " + ctx.message;
-  return std::make_shared<KernelError>(NRT_ERROR_KERNEL_FAILED, msg, name);
+  return failureOf(tasks[failed].name, st, ctx,
+                   " (in a fused pass of " + std::to_string(done) + " items)");
 }
 
 Executor::Executor(int device, int threads) : device_(device), threads_(threads) {
