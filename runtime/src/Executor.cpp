@@ -181,9 +181,11 @@ void Executor::attach(Stream* s, nrtStream_t handle, int priority) {
   s->level = -priority;  // priority is already clamped to [-(kLevels-1), 0]
   s->executor = this;
   s->queue.clear();
+  s->inbox.clear();
   s->state = Stream::kIdle;
+  s->scheduled.store(false);
   s->resumeRequested = false;
-  s->enqueued = 0;
+  s->enqueued.store(0, std::memory_order_relaxed);
   s->completed.store(0, std::memory_order_relaxed);
   s->wakeAt.store(UINT64_MAX, std::memory_order_relaxed);
   s->error.reset();
@@ -210,6 +212,7 @@ void Executor::detach(Stream* s) {
 
 void Executor::makeReadyLocked(Stream* s, bool wake) {
   s->state = Stream::kReady;
+  s->scheduled.store(true, std::memory_order_relaxed);  // a launch that misses it takes our lock
   ready_[s->level].push_back(s);
   readyCount_.fetch_add(1, std::memory_order_release);
   // A polling worker sees readyCount_ (and re-checks under our lock before it
@@ -248,10 +251,25 @@ void Executor::wakeWaiters(Stream* s, uint64_t done, bool locked) {
   }
 }
 
+void Executor::releaseLocked(Stream* s, bool wake) {
+  if (s->queue.empty()) {
+    s->state = Stream::kIdle;
+    // seq_cst, paired with enqueue(): it publishes its task, then reads
+    // `scheduled`; we publish `scheduled`, then read the inbox. One of us
+    // sees the other, so no task is left in an unscheduled stream.
+    s->scheduled.store(false);
+    if (s->inbox.empty()) return;
+  }
+  makeReadyLocked(s, wake);
+}
+
 void Executor::enqueue(Stream* s, Task&& t) {
+  s->enqueued.fetch_add(1, std::memory_order_relaxed);  // published by the push
+  s->inbox.push(std::move(t));
+  // A stream that is ready, running or parked has an owner-to-be who will
+  // take the task from the inbox: no lock, no wake-up.
+  if (s->scheduled.load()) return;
   std::lock_guard<std::mutex> lk(mu_);
-  s->queue.push_back(std::move(t));
-  s->enqueued++;
   if (s->state == Stream::kIdle) makeReadyLocked(s);
 }
 
@@ -261,11 +279,7 @@ void Executor::resume(Stream* s) {
     s->resumeRequested = true;  // the worker sees it when the task returns
   } else if (s->state == Stream::kParked) {
     completeOneLocked(s);
-    if (s->queue.empty()) {
-      s->state = Stream::kIdle;
-    } else {
-      makeReadyLocked(s);
-    }
+    releaseLocked(s);
   }
 }
 
@@ -311,59 +325,33 @@ void Executor::workerLoop() {
         !spinning_.load(std::memory_order_acquire)) {
       workCv_.notify_one();
     }
-    // Take up to kBatch tasks at once: one lock round trip per batch, not
-    // per task, keeps the host thread's enqueues from contending with us.
+    // Tasks put back behind a parked wait run first, then the inbox's.
     batch.clear();
-    while (!s->queue.empty() && batch.size() < kBatch) {
-      batch.push_back(s->queue.take_front());
-    }
+    while (!s->queue.empty() && batch.size() < kBatch) batch.push_back(s->queue.take_front());
+    const bool backlog = !s->queue.empty();  // the inbox waits until these are done
     s->state = Stream::kRunning;
-    KernelErrorPtr errorBefore = s->error;  // failures queued before this batch
     nrtStream_t handle = s->handle;
     lk.unlock();
 
+    // Without the lock while this worker owns the stream: take the inbox's
+    // tasks in batches, and when it runs dry, wait a little for the host's
+    // next launch (it needs no wake-up then). Other ready streams, and
+    // detach(), make us go back through the lock.
     bool park = false;
     size_t ran = 0;
-    for (; ran < batch.size() && !park; ++ran) {
-      Task& t = batch[ran];
-      switch (t.kind) {
-        case Task::kKernel: {
-          // A fusible item may take the fusible items behind it along.
-          size_t fused = 1;
-          KernelErrorPtr failure = t.fuser ? runFusible(&t, batch.size() - ran, handle, &fused)
-                                           : runKernel(t, handle);
-          if (failure) {
-            // Recorded before the task counts as done, so a query that sees
-            // the stream finished also sees the failure.
-            std::lock_guard<std::mutex> g(mu_);
-            if (s->error && !s->error->reported.load()) failure->previous = s->error;
-            s->error = failure;
-            errorBefore = failure;
-          }
-          for (; fused > 1; --fused, ++ran) countDone(s);  // the first counts below
-          break;
-        }
-        case Task::kRecord: {
-          // The stream's count and the event move together (under our lock,
-          // then the event's): whoever sees one sees the other.
-          std::vector<Stream*> wake;
-          {
-            std::lock_guard<std::mutex> g(mu_);
-            const uint64_t done = s->completed.fetch_add(1) + 1;
-            wake = t.event->complete(t.generation, errorBefore);
-            wakeWaiters(s, done, /*locked=*/true);
-          }
-          resumeParked(t.event, wake);
-          t.event->unref();
-          continue;
-        }
-        case Task::kWait:
-          park = t.event->parkUntil(t.generation, s);
-          if (!park) t.event->unref();  // a parked wait keeps it until resumed
-          break;
+    Task next;
+    for (;;) {
+      if (!backlog) {
+        while (batch.size() < kBatch && s->inbox.pop(next)) batch.push_back(std::move(next));
       }
-      // A parked wait counts as completed only once the stream resumes.
-      if (!park) countDone(s);
+      if (batch.empty()) {
+        if (!awaitLaunch(s)) break;
+        continue;
+      }
+      ran = runBatch(s, handle, batch, &park);
+      if (park || backlog || othersWaiting()) break;
+      batch.clear();
+      ran = 0;
     }
 
     lk.lock();
@@ -377,11 +365,65 @@ void Executor::workerLoop() {
       // More work: this worker takes the stream again next (its compute
       // team is warm), unless other streams are ready too, for which a
       // sleeping worker is woken as before.
-      if (s->queue.empty()) s->state = Stream::kIdle;
-      else makeReadyLocked(s, /*wake=*/readyCount_.load(std::memory_order_relaxed) > 0);
+      releaseLocked(s, /*wake=*/readyCount_.load(std::memory_order_relaxed) > 0);
     }
     if (detachWaiters_.load() > 0) doneCv_.notify_all();
   }
+}
+
+bool Executor::othersWaiting() const {
+  return readyCount_.load(std::memory_order_relaxed) > 0 || detachWaiters_.load() > 0;
+}
+
+bool Executor::awaitLaunch(Stream* s) {
+  spinUntil([&] { return !s->inbox.empty() || othersWaiting(); });
+  return !s->inbox.empty() && !othersWaiting();
+}
+
+size_t Executor::runBatch(Stream* s, nrtStream_t handle, std::vector<Task>& batch, bool* park) {
+  size_t ran = 0;
+  for (; ran < batch.size() && !*park; ++ran) {
+    Task& t = batch[ran];
+    switch (t.kind) {
+      case Task::kKernel: {
+        // A fusible item may take the fusible items behind it along.
+        size_t fused = 1;
+        KernelErrorPtr failure = t.fuser ? runFusible(&t, batch.size() - ran, handle, &fused)
+                                         : runKernel(t, handle);
+        if (failure) {
+          // Recorded before the task counts as done, so a query that sees
+          // the stream finished also sees the failure.
+          std::lock_guard<std::mutex> g(mu_);
+          if (s->error && !s->error->reported.load()) failure->previous = s->error;
+          s->error = failure;
+        }
+        for (; fused > 1; --fused, ++ran) countDone(s);  // the first counts below
+        break;
+      }
+      case Task::kRecord: {
+        // The stream's count and the event move together (under our lock,
+        // then the event's): whoever sees one sees the other. The event
+        // carries the stream's unreported failure, if any.
+        std::vector<Stream*> wake;
+        {
+          std::lock_guard<std::mutex> g(mu_);
+          const uint64_t done = s->completed.fetch_add(1) + 1;
+          wake = t.event->complete(t.generation, s->error);
+          wakeWaiters(s, done, /*locked=*/true);
+        }
+        resumeParked(t.event, wake);
+        t.event->unref();
+        continue;
+      }
+      case Task::kWait:
+        *park = t.event->parkUntil(t.generation, s);
+        if (!*park) t.event->unref();  // a parked wait keeps it until resumed
+        break;
+    }
+    // A parked wait counts as completed only once the stream resumes.
+    if (!*park) countDone(s);
+  }
+  return ran;
 }
 
 void Executor::resumeParked(Event* e, const std::vector<Stream*>& streams) {
@@ -404,16 +446,12 @@ void Executor::notifyDone() {
 }
 
 bool Executor::idle(Stream* s) {
-  std::lock_guard<std::mutex> lk(mu_);
-  return s->completed.load(std::memory_order_relaxed) == s->enqueued;
+  const uint64_t launched = s->enqueued.load();
+  return s->completed.load() >= launched;
 }
 
 void Executor::wait(Stream* s) {
-  uint64_t target;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    target = s->enqueued;
-  }
+  const uint64_t target = s->enqueued.load();
   if (spinUntil([&] { return s->completed.load(std::memory_order_acquire) >= target; })) return;
   std::unique_lock<std::mutex> lk(mu_);
   doneWaiters_.fetch_add(1);  // seq_cst: pairs with the worker's increment of completed

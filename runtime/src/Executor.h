@@ -65,6 +65,15 @@ class Executor {
   // Puts s on its ready list; wakes a sleeping worker unless one is polling
   // (it will see s) or `wake` is false (the caller takes s itself next).
   void makeReadyLocked(Stream* s, bool wake = true);
+  // The owner gives s up: idle if nothing is queued, else ready again.
+  void releaseLocked(Stream* s, bool wake = true);
+  // Runs batch[0..] in order until a wait parks s; how many ran.
+  size_t runBatch(Stream* s, nrtStream_t handle, std::vector<Task>& batch, bool* park);
+  // Whether another stream or a detach() needs the workers' attention.
+  bool othersWaiting() const;
+  // The owner of s, with nothing to run, polls its inbox for a while;
+  // whether a task arrived (and nothing else needs the worker).
+  bool awaitLaunch(Stream* s);
   void completeOneLocked(Stream* s);
   void notifyDone();
   void countDone(Stream* s);

@@ -1,10 +1,11 @@
 // Stream.h — an in-order queue of work on one device. Its fields are
-// guarded by the owning executor's mutex.
+// guarded by the owning executor's mutex, except the inbox and the atomics.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 
+#include "Inbox.h"
 #include "Status.h"
 #include "TaskQueue.h"
 
@@ -26,10 +27,14 @@ struct Stream {
   int level = 0;  // index into the executor's ready lists (0 = highest)
   Executor* executor = nullptr;
 
-  TaskQueue queue;
+  Inbox inbox;      // new tasks, from host threads (Inbox.h)
+  TaskQueue queue;  // tasks taken from the inbox and put back (behind a parked wait): run first
   State state = kIdle;
+  // state != kIdle, readable without the lock: a launch on a scheduled
+  // stream leaves it to the stream's owner to find the task.
+  std::atomic<bool> scheduled{false};
   bool resumeRequested = false;  // an event completed while we were running
-  uint64_t enqueued = 0;
+  std::atomic<uint64_t> enqueued{0};  // tasks launched; counted before they enter the inbox
   std::atomic<uint64_t> completed{0};  // tasks done; the running worker or resume() adds
   // The smallest `completed` a host thread in Executor::wait() waits for
   // (UINT64_MAX: none): workers wake waiters when it is reached, not per task.

@@ -70,15 +70,21 @@ void launch(nrtStream_t s, nrtFuser* fuser, int tag) {
       << nrtGetLastErrorMessage();
 }
 
-// Holds the stream until released, so that the items behind queue up.
+// Holds the stream until released, so that the items behind queue up. The
+// worker takes a batch of what is queued when it starts one: the items are
+// launched once the gate runs, so that none shares the gate's batch.
 std::atomic<bool> gRelease{false};
+std::atomic<bool> gEntered{false};
 nrtStatus gate(void*) {
+  gEntered = true;
   while (!gRelease.load()) std::this_thread::yield();
   return NRT_SUCCESS;
 }
 void closeGate(nrtStream_t s) {
   gRelease = false;
+  gEntered = false;
   ASSERT_EQ(nrtLaunchKernel(s, "test::gate", gate, nullptr, 0), NRT_SUCCESS);
+  while (!gEntered.load()) std::this_thread::yield();
 }
 
 }  // namespace

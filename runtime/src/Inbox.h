@@ -1,0 +1,105 @@
+// Inbox.h — where host threads hand a stream its new tasks without the
+// executor's lock.
+//
+// Every launch used to take the executor's mutex, and the worker that ran
+// the stream took it again to collect the task: with a worker faster than
+// the host (small ops), the two met on that mutex once per op, and its
+// cache line moved between the cores each time. The inbox is a queue of
+// fixed blocks: producers (host threads, serialized by their own mutex,
+// which no worker takes) append; the stream's owner (the one worker that
+// runs it, handed over under the executor's lock) takes from the front.
+// A spent block is kept as a spare for the producer, so a steady stream of
+// launches allocates nothing.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "Task.h"
+
+namespace nrt {
+
+class Inbox {
+ public:
+  Inbox() = default;
+  Inbox(const Inbox&) = delete;
+  Inbox& operator=(const Inbox&) = delete;
+  ~Inbox() {
+    clear();
+    delete head_;
+    delete spare_.load();
+  }
+
+  // Producer side (any thread). seq_cst on the count: the executor's idle
+  // hand-off reads it after publishing that the stream is unscheduled, and
+  // the producer reads that flag after this (Executor::enqueue).
+  void push(Task&& t) {
+    std::lock_guard<std::mutex> lk(pushMu_);
+    if (!tail_) tail_ = head_ = freshBlock();
+    if (tailIndex_ == kBlock) {
+      Block* b = freshBlock();
+      tail_->next = b;  // published with the count below
+      tail_ = b;
+      tailIndex_ = 0;
+    }
+    tail_->slots[tailIndex_++] = std::move(t);
+    pushed_.store(pushed_.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  }
+
+  // Owner side: whether a task is waiting (also safe from any thread under
+  // the executor's lock, as a hint).
+  bool empty() const {
+    return popped_.load(std::memory_order_relaxed) == pushed_.load(std::memory_order_seq_cst);
+  }
+
+  // Owner side: takes the front task; false when there is none.
+  bool pop(Task& out) {
+    const uint64_t n = popped_.load(std::memory_order_relaxed);
+    if (n == pushed_.load(std::memory_order_acquire)) return false;
+    if (headIndex_ == kBlock) {
+      Block* spent = head_;
+      head_ = spent->next;  // written before the count we read
+      headIndex_ = 0;
+      spent->next = nullptr;
+      delete spare_.exchange(spent, std::memory_order_acq_rel);
+    }
+    out = std::move(head_->slots[headIndex_++]);
+    popped_.store(n + 1, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Drops what is queued (a stream being reset; no producer or owner runs).
+  void clear() {
+    Task t;
+    while (pop(t)) {
+    }
+  }
+
+ private:
+  static constexpr size_t kBlock = 128;  // tasks per block (~30 KB)
+  struct Block {
+    Task slots[kBlock];
+    Block* next = nullptr;
+  };
+
+  Block* freshBlock() {
+    Block* b = spare_.exchange(nullptr, std::memory_order_acq_rel);
+    return b ? b : new Block;
+  }
+
+  // Producer state, under pushMu_.
+  std::mutex pushMu_;
+  Block* tail_ = nullptr;
+  size_t tailIndex_ = 0;
+  alignas(64) std::atomic<uint64_t> pushed_{0};
+  // Owner state. head_ is set by the first push (under pushMu_) before the
+  // count that lets the owner read it.
+  alignas(64) std::atomic<uint64_t> popped_{0};
+  Block* head_ = nullptr;
+  size_t headIndex_ = 0;
+  std::atomic<Block*> spare_{nullptr};
+};
+
+}  // namespace nrt
