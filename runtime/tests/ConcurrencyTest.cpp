@@ -89,6 +89,40 @@ TEST(Concurrency, SharedStreamKeepsPerThreadOrder) {
   NRT_OK(nrtStreamDestroy(s));
 }
 
+// A launch that meets the stream's worker giving the stream up (it polled
+// the inbox for a while and found nothing) must still run: each launch here
+// comes at another distance from the worker's polling deadline, and must
+// run without any later call to push it along.
+TEST(Concurrency, LaunchesAcrossTheIdleHandOffAreNeverStranded) {
+  if (launchBlocking()) GTEST_SKIP() << "blocking mode runs kernels on the caller";
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  std::atomic<int> ran{0};
+  auto bump = [](void* a) {
+    (*static_cast<std::atomic<int>**>(a))->fetch_add(1);
+    return NRT_SUCCESS;
+  };
+  std::atomic<int>* p = &ran;
+  for (int i = 0; i < 1500; ++i) {
+    // 170 to 250 us after the last kernel ran, in steps of 53 ns: across the
+    // end of the worker's 200 us poll (Executor.cpp, kSpin).
+    auto gap = std::chrono::nanoseconds(170000 + (i * 53) % 80000);
+    auto until = std::chrono::steady_clock::now() + gap;
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    NRT_OK(nrtLaunchKernel(s, "bump", bump, &p, sizeof p));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (ran.load() != i + 1 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (ran.load() != i + 1) {
+      ADD_FAILURE() << "launch " << i << " was left in the inbox";
+      NRT_OK(nrtLaunchKernel(s, "bump", bump, &p, sizeof p));  // schedules the stream again
+      break;
+    }
+  }
+  NRT_OK(nrtStreamDestroy(s));
+}
+
 // Two streams of one device make progress at the same time: each kernel
 // waits for the other to start.
 TEST(Concurrency, StreamsOverlap) {
