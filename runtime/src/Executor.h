@@ -25,7 +25,7 @@ struct Event;
 class Executor {
  public:
   static constexpr int kLevels = 3;  // priorities 0, -1, -2
-  static constexpr size_t kBatch = 32;  // tasks a worker takes per lock round trip
+  static constexpr size_t kBatch = 32;  // tasks a worker takes before it looks at other streams
 
   Executor(int device, int threads);
   Executor(const Executor&) = delete;

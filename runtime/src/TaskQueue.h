@@ -1,7 +1,6 @@
-// TaskQueue.h — a stream's FIFO of tasks: a ring buffer that grows and never
-// shrinks, so steady-state enqueues allocate nothing (std::deque allocates a
-// block every couple of tasks on the host thread and frees it on the worker,
-// which makes the two contend in the allocator).
+// TaskQueue.h — the tasks a stream's worker took from its inbox and put
+// back (behind a parked wait), to run before the inbox's: a ring buffer that
+// grows at the front and never shrinks.
 #pragma once
 
 #include <cstddef>
@@ -16,12 +15,6 @@ class TaskQueue {
  public:
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
-
-  void push_back(Task&& t) {
-    grow();
-    ring_[(head_ + size_) & (ring_.size() - 1)] = std::move(t);
-    ++size_;
-  }
 
   // Puts a task back in front (work behind a parked wait).
   void push_front(Task&& t) {
