@@ -1,18 +1,11 @@
-// Asynchronous kernels for hot pointwise ops (add, mul): the host thread
-// validates the arguments, computes the output metadata, allocates the
-// output and enqueues the CPU kernel on the current stream; it does not wait.
-// Whenever a precondition is not met the op takes the generic path, which
-// produces the same results (and the same errors) synchronously.
-#include "aten/Common.h"
+// The direct paths of add and mul (DirectOp.h); large contiguous calls are
+// queued fusible (Fusion.h).
+#include "aten/DirectOp.h"
 #include "aten/Fusion.h"
-#include "aten/Launch.h"
 
-#include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/from_blob.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/DeviceGuard.h>
@@ -20,46 +13,6 @@
 
 namespace torchneuron {
 namespace {
-
-// What a kernel needs to rebuild an operand on the executor. Device operands
-// are raw pointers plus geometry (the closure must own no device memory).
-struct Operand {
-  void* data = nullptr;  // first element (storage offset applied)
-  at::DimVector sizes;
-  at::DimVector strides;
-  at::ScalarType dtype = at::kFloat;
-  at::Tensor host;  // a CPU scalar operand, kept as is
-
-  // Inputs are read without materializing a copy-on-write storage (as on
-  // CPU); the output is materialized.
-  static Operand of(const at::Tensor& t, bool written = false) {
-    Operand r;
-    if (t.device().is_cpu()) {
-      // A CPU scalar is read at launch time, like CUDA kernel arguments: a
-      // user tensor is snapshotted (wrapped numbers are the binding's own
-      // temporaries).
-      r.host = t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
-      return r;
-    }
-    r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
-    r.sizes = at::DimVector(t.sizes());
-    r.strides = at::DimVector(t.strides());
-    r.dtype = t.scalar_type();
-    return r;
-  }
-
-  at::Tensor cpu() const {
-    if (host.defined()) return host;
-    return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
-  }
-
-  // Elements [begin, end) of a contiguous operand; a scalar whole.
-  at::Tensor piece(int64_t begin, int64_t end) const {
-    if (host.defined() || sizes.empty()) return cpu();
-    return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
-                         at::TensorOptions().dtype(dtype));
-  }
-};
 
 enum class Kind { Add, Mul };
 
@@ -95,14 +48,10 @@ at::Tensor allocateOutput(c10::IntArrayRef shape, at::ScalarType dtype, const at
                           const at::Tensor& b) {
   for (const at::Tensor* t : {&a, &b}) {
     if (isNeuron(*t) && t->sizes() == shape && t->is_non_overlapping_and_dense()) {
-      return at::detail::empty_strided_generic(shape, t->strides(), getDeviceAllocator(),
-                                               c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                               dtype);
+      return emptyDeviceStrided(shape, t->strides(), dtype);
     }
   }
-  return at::detail::empty_generic(shape, getDeviceAllocator(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
-                                   std::nullopt);
+  return emptyDevice(shape, dtype);
 }
 
 void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b,
@@ -131,19 +80,6 @@ bool fusible(const at::Tensor& t, const at::Tensor& out) {
   return t.sizes() == out.sizes() && t.is_contiguous();
 }
 
-WorkDesc describe(const char* name, const at::Tensor& out, const at::Tensor& a,
-                  const at::Tensor& b) {
-  WorkDesc work;
-  work.name = name;
-  auto span = [](const at::Tensor& t) {
-    return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
-  };
-  work.writes.push_back(span(out));
-  for (const at::Tensor* in : {&a, &b})
-    if (!in->device().is_cpu()) work.reads.push_back(span(*in));
-  return work;
-}
-
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
              const at::Tensor& b, const at::Scalar& alpha) {
   auto stream = getCurrentStream(out.device().index());
@@ -156,7 +92,7 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
     op->b = Operand::of(b);
     op->alpha = alpha;
     op->numel = out.numel();
-    launchFusible(stream, describe(name, out, a, b), std::move(op));
+    launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
     return;
   }
   launchOnStream(stream, name, [kind, ro = Operand::of(out, /*written=*/true), ra = Operand::of(a),
@@ -217,83 +153,69 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   return out;
 }
 
-// The generic path for an unboxed call: box the arguments and run it.
-const c10::OperatorHandle& handle(const char* name, const char* overload) {
-  return *new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
-}
-
-at::Tensor viaGeneric(const c10::OperatorHandle& op, torch::jit::Stack stack) {
-  genericFallback(op, &stack);
-  return stack.back().toTensor();
-}
-
-#define NEURON_FAST_COUNTERS(NAME)                          \
-  static OpCounters* counters = opCounters(NAME);           \
-  static const char* const kName = NAME
-
 at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  NEURON_FAST_COUNTERS("aten::add.Tensor");
+  NEURON_DIRECT_OP("aten::add.Tensor");
   at::Tensor r = tryFast(Kind::Add, kName, self, other, alpha, Mode::Functional, nullptr);
   if (r.defined()) {
     recordOp(counters, OpPath::Async);
     return r;
   }
-  static const auto& op = handle("aten::add", "Tensor");
+  static const auto& op = genericOp("aten::add", "Tensor");
   return viaGeneric(op, {self, other, alpha});
 }
 
 at::Tensor& add_inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  NEURON_FAST_COUNTERS("aten::add_.Tensor");
+  NEURON_DIRECT_OP("aten::add_.Tensor");
   if (tryFast(Kind::Add, kName, self, other, alpha, Mode::InPlace, nullptr).defined()) {
     recordOp(counters, OpPath::Async);
     return self;
   }
-  static const auto& op = handle("aten::add_", "Tensor");
+  static const auto& op = genericOp("aten::add_", "Tensor");
   viaGeneric(op, {self, other, alpha});
   return self;
 }
 
 at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
                     at::Tensor& out) {
-  NEURON_FAST_COUNTERS("aten::add.out");
+  NEURON_DIRECT_OP("aten::add.out");
   if (tryFast(Kind::Add, kName, self, other, alpha, Mode::Out, &out).defined()) {
     recordOp(counters, OpPath::Async);
     return out;
   }
-  static const auto& op = handle("aten::add", "out");
+  static const auto& op = genericOp("aten::add", "out");
   viaGeneric(op, {self, other, alpha, out});
   return out;
 }
 
 at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
-  NEURON_FAST_COUNTERS("aten::mul.Tensor");
+  NEURON_DIRECT_OP("aten::mul.Tensor");
   at::Tensor r = tryFast(Kind::Mul, kName, self, other, 1, Mode::Functional, nullptr);
   if (r.defined()) {
     recordOp(counters, OpPath::Async);
     return r;
   }
-  static const auto& op = handle("aten::mul", "Tensor");
+  static const auto& op = genericOp("aten::mul", "Tensor");
   return viaGeneric(op, {self, other});
 }
 
 at::Tensor& mul_inplace(at::Tensor& self, const at::Tensor& other) {
-  NEURON_FAST_COUNTERS("aten::mul_.Tensor");
+  NEURON_DIRECT_OP("aten::mul_.Tensor");
   if (tryFast(Kind::Mul, kName, self, other, 1, Mode::InPlace, nullptr).defined()) {
     recordOp(counters, OpPath::Async);
     return self;
   }
-  static const auto& op = handle("aten::mul_", "Tensor");
+  static const auto& op = genericOp("aten::mul_", "Tensor");
   viaGeneric(op, {self, other});
   return self;
 }
 
 at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
-  NEURON_FAST_COUNTERS("aten::mul.out");
+  NEURON_DIRECT_OP("aten::mul.out");
   if (tryFast(Kind::Mul, kName, self, other, 1, Mode::Out, &out).defined()) {
     recordOp(counters, OpPath::Async);
     return out;
   }
-  static const auto& op = handle("aten::mul", "out");
+  static const auto& op = genericOp("aten::mul", "out");
   viaGeneric(op, {self, other, out});
   return out;
 }

@@ -30,12 +30,17 @@ struct Stream {
   Inbox inbox;      // new tasks, from host threads (Inbox.h)
   TaskQueue queue;  // tasks taken from the inbox and put back (behind a parked wait): run first
   State state = kIdle;
+  bool resumeRequested = false;  // an event completed while we were running
+
+  // What launches touch, on a cache line of its own: the worker writes
+  // `completed` once per task, and a launch that shared its line would
+  // wait for that line on every op.
+  alignas(64) std::atomic<uint64_t> enqueued{0};  // tasks launched; counted before they enter the inbox
   // state != kIdle, readable without the lock: a launch on a scheduled
   // stream leaves it to the stream's owner to find the task.
   std::atomic<bool> scheduled{false};
-  bool resumeRequested = false;  // an event completed while we were running
-  std::atomic<uint64_t> enqueued{0};  // tasks launched; counted before they enter the inbox
-  std::atomic<uint64_t> completed{0};  // tasks done; the running worker or resume() adds
+
+  alignas(64) std::atomic<uint64_t> completed{0};  // tasks done; the running worker or resume() adds
   // The smallest `completed` a host thread in Executor::wait() waits for
   // (UINT64_MAX: none): workers wake waiters when it is reached, not per task.
   std::atomic<uint64_t> wakeAt{UINT64_MAX};

@@ -1,0 +1,125 @@
+// Direct paths: unboxed kernels for the hottest ops (add, mul, relu, sum,
+// mm, addmm), the cheapest way an op reaches the device.
+//
+// The host checks every precondition the CPU kernel would check, computes
+// the output's metadata, allocates it and queues the CPU kernel over raw
+// device pointers; it does not wait. Where a precondition does not hold
+// (an odd dtype, an overlap, a shape that does not match) the op takes the
+// generic path instead, which gives the same results and raises the same
+// errors at the op. So a direct path never queues a kernel that could fail.
+//
+// The generic path (AsyncPath.h) reaches the same kernels through the boxed
+// fallback: a stack of IValues, a string cache key, a Meta pass or its
+// cached result. That costs the host about 1 us per op, which is more than
+// CPU eager spends on a whole small op; the direct paths skip it.
+#pragma once
+
+#include "aten/Common.h"
+#include "aten/Launch.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/from_blob.h>
+#include <c10/util/SmallVector.h>
+
+#include <initializer_list>
+
+namespace torchneuron {
+
+// What a queued kernel needs to rebuild an operand on the executor: raw
+// pointer plus geometry, since a closure must own no device memory (Launch.h).
+struct Operand {
+  void* data = nullptr;  // first element (storage offset applied)
+  at::DimVector sizes;
+  at::DimVector strides;
+  at::ScalarType dtype = at::kFloat;
+  at::Tensor host;  // a CPU scalar operand, kept as is
+
+  // Inputs are read without materializing a copy-on-write storage (as on
+  // CPU); the output is materialized.
+  static Operand of(const at::Tensor& t, bool written = false) {
+    Operand r;
+    if (t.device().is_cpu()) {
+      // A CPU scalar is read at launch time, like CUDA kernel arguments: a
+      // user tensor is snapshotted (wrapped numbers are the binding's own
+      // temporaries).
+      r.host = t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
+      return r;
+    }
+    r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
+    r.sizes = at::DimVector(t.sizes());
+    r.strides = at::DimVector(t.strides());
+    r.dtype = t.scalar_type();
+    return r;
+  }
+
+  // The operand as a CPU tensor over the device memory (on the executor).
+  at::Tensor cpu() const {
+    if (host.defined()) return host;
+    return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
+  }
+
+  // Elements [begin, end) of a contiguous operand; a scalar whole.
+  at::Tensor piece(int64_t begin, int64_t end) const {
+    if (host.defined() || sizes.empty()) return cpu();
+    return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
+                         at::TensorOptions().dtype(dtype));
+  }
+};
+
+// The floating dtypes the direct paths of relu, sum, mm and addmm take; the
+// others go the generic way (integer promotion, missing kernels).
+inline bool floatingDtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+// A device tensor the direct paths can hand to a CPU kernel as is: no lazy
+// conjugate or negative bit (those need the generic path's resolution).
+inline bool plainOn(const at::Tensor& t, c10::Device device) {
+  return t.defined() && t.device() == device && !t.is_conj() && !t.is_neg();
+}
+
+// A fresh device tensor (at::empty_strided / at::empty on the device).
+inline at::Tensor emptyDevice(c10::IntArrayRef shape, at::ScalarType dtype) {
+  return at::detail::empty_generic(shape, getDeviceAllocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
+                                   std::nullopt);
+}
+inline at::Tensor emptyDeviceStrided(c10::IntArrayRef shape, c10::IntArrayRef strides,
+                                     at::ScalarType dtype) {
+  return at::detail::empty_strided_generic(
+      shape, strides, getDeviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      dtype);
+}
+
+// The work record of a direct kernel: it writes `out` and reads the device
+// tensors among `inputs` (for the profiler and fusion's overlap checks).
+inline WorkDesc describeDirect(const char* name, const at::Tensor& out,
+                               std::initializer_list<const at::Tensor*> inputs) {
+  WorkDesc work;
+  work.name = name;
+  auto span = [](const at::Tensor& t) {
+    return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
+  };
+  work.writes.push_back(span(out));
+  for (const at::Tensor* in : inputs)
+    if (in->defined() && !in->device().is_cpu()) work.reads.push_back(span(*in));
+  return work;
+}
+
+// The generic path for an unboxed call whose direct path declined: the
+// arguments are boxed and run there (it raises what CPU raises).
+inline const c10::OperatorHandle& genericOp(const char* name, const char* overload) {
+  return *new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
+}
+inline at::Tensor viaGeneric(const c10::OperatorHandle& op, torch::jit::Stack stack) {
+  genericFallback(op, &stack);
+  return stack.back().toTensor();
+}
+
+// A direct kernel's op counters and work-item name, looked up once.
+#define NEURON_DIRECT_OP(NAME)                              \
+  static OpCounters* counters = opCounters(NAME);           \
+  static const char* const kName = NAME
+
+}  // namespace torchneuron

@@ -1,0 +1,188 @@
+"""The direct paths of relu, sum, mm and addmm (csrc/aten/DirectOp.h).
+
+Each hot op checks its arguments on the host and queues CPU's kernel over
+device memory, skipping the generic path's boxing, keys and Meta pass. The
+tests hold them to CPU's bits over dtypes and layouts, to CPU's exceptions
+for the calls they hand to the generic path, and to asynchrony: with the
+generic path made synchronous (the debugging switch TORCHNEURON_ASYNC=0
+flips), a direct op still returns while a long kernel holds the stream.
+"""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchneuron
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def on(t):
+    return t.to("neuron")
+
+
+def same(neuron_result, cpu_result):
+    got = neuron_result.cpu()
+    assert got.dtype == cpu_result.dtype
+    assert got.shape == cpu_result.shape
+    assert got.stride() == cpu_result.stride()
+    assert torch.equal(got, cpu_result) or (
+        got.isnan().equal(cpu_result.isnan())
+        and torch.equal(got.nan_to_num(), cpu_result.nan_to_num()))
+
+
+def layouts(shape, dtype):
+    """(cpu, neuron) pairs of one input in the same layout: contiguous,
+    transposed, strided-sliced and channels-last (made on each device, since
+    a copy to neuron makes a non-dense tensor contiguous)."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(shape, generator=g).to(dtype)
+    views = [lambda t: t, lambda t: t.transpose(0, -1), lambda t: t[..., ::2]]
+    if base.dim() == 4:
+        views.append(lambda t: t.contiguous(memory_format=torch.channels_last))
+    for view in views:
+        x, nx = view(base), view(on(base))
+        assert nx.stride() == x.stride()
+        yield x, nx
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(64,), (3, 5, 7), (2, 3, 4, 5), (70, 70)])
+def test_relu_matches_cpu(dtype, shape):
+    for x, nx in layouts(shape, dtype):
+        same(torch.relu(nx), torch.relu(x))
+        same(nx.clone().relu_(), x.clone().relu_())
+        x, nx = x.clone(), nx.clone()
+        x.relu_()
+        nx.relu_()
+        same(nx, x)
+
+
+def test_relu_keeps_nan_and_signed_zero_as_cpu():
+    x = torch.tensor([float("nan"), -0.0, 0.0, -1.0, float("inf"), -float("inf")])
+    got = torch.relu(on(x)).cpu()
+    want = torch.relu(x)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+def test_relu_inplace_on_a_slice_touches_only_the_slice():
+    x = torch.randn(8, 8)
+    nx = on(x)
+    nx[:, 1::3].relu_()
+    want = x.clone()
+    want[:, 1::3].relu_()
+    same(nx, want)
+
+
+def test_relu_inplace_on_overlapping_memory_raises_as_cpu():
+    x = torch.randn(1, 4).expand(3, 4)
+    with pytest.raises(RuntimeError) as cpu_err:
+        x.relu_()
+    with pytest.raises(RuntimeError) as neuron_err:
+        on(torch.randn(1, 4)).expand(3, 4).relu_()
+    assert str(neuron_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim,keepdim", [
+    (None, False), ((), False), (0, False), (-1, True), ((0, 2), False), ((2, 0), True),
+    ((-1, -2, 0), False)])
+def test_sum_matches_cpu(dtype, dim, keepdim):
+    for x, nx in layouts((6, 5, 33), dtype):
+        if dim is None:
+            same(nx.sum(), x.sum())
+        else:
+            same(nx.sum(dim, keepdim=keepdim), x.sum(dim, keepdim=keepdim))
+            same(nx.sum(dim, keepdim=keepdim, dtype=dtype),
+                 x.sum(dim, keepdim=keepdim, dtype=dtype))
+
+
+def test_sum_of_integers_and_to_another_dtype_matches_cpu():
+    x = torch.arange(24, dtype=torch.int32).reshape(4, 6)
+    same(on(x).sum(), x.sum())
+    same(on(x).sum(1), x.sum(1))
+    y = torch.randn(4, 6)
+    same(on(y).sum(0, dtype=torch.float64), y.sum(0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("call,error", [
+    (lambda t: t.sum(3), IndexError),
+    (lambda t: t.sum((0, 0)), RuntimeError),
+    (lambda t: t.sum((1, -1)), RuntimeError),
+])
+def test_bad_sum_dims_raise_as_cpu_and_the_device_keeps_working(call, error):
+    x = torch.randn(4, 5)
+    with pytest.raises(error) as cpu_err:
+        call(x)
+    with pytest.raises(error) as neuron_err:
+        call(on(x))
+    assert str(neuron_err.value) == str(cpu_err.value)
+    same(on(x).sum(0), x.sum(0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,k,m", [(1, 1, 1), (8, 8, 8), (5, 17, 3), (64, 33, 40)])
+def test_mm_and_addmm_match_cpu(dtype, n, k, m):
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(n, k, generator=g).to(dtype)
+    b = torch.randn(k, m, generator=g).to(dtype)
+    bt = torch.randn(m, k, generator=g).to(dtype).t()  # a transposed operand
+    same(torch.mm(on(a), on(b)), torch.mm(a, b))
+    same(torch.mm(on(a), on(bt)), torch.mm(a, bt))
+    same(torch.mm(on(b.t()), on(a.t())), torch.mm(b.t(), a.t()))
+    for bias in (torch.randn(m, generator=g), torch.randn(n, m, generator=g),
+                 torch.randn(1, m, generator=g), torch.randn(n, 1, generator=g)):
+        bias = bias.to(dtype)
+        same(torch.addmm(on(bias), on(a), on(b)), torch.addmm(bias, a, b))
+        for beta, alpha in ((0.5, 2), (0, 1.5), (2, -1)):
+            same(torch.addmm(on(bias), on(a), on(bt), beta=beta, alpha=alpha),
+                 torch.addmm(bias, a, bt, beta=beta, alpha=alpha))
+
+
+def test_linear_matches_cpu():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = (torch.randn(8, 16, generator=g), torch.randn(12, 16, generator=g),
+               torch.randn(12, generator=g))
+    same(F.linear(on(x), on(w), on(b)), F.linear(x, w, b))
+    same(F.linear(on(x), on(w)), F.linear(x, w))
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b: torch.mm(a, b.t()),                     # inner sizes differ
+    lambda a, b: torch.mm(a, b.double()),                # dtypes differ
+    lambda a, b: torch.mm(a, b[0]),                      # not a matrix
+    lambda a, b: torch.addmm(torch.zeros(3, 1, device=a.device), a, b[:, :4]),  # bias too small
+    lambda a, b: torch.addmm(a[:, :1], a, b.half()),     # dtypes differ
+])
+def test_bad_matmuls_raise_as_cpu_and_the_device_keeps_working(call):
+    a, b = torch.randn(6, 5), torch.randn(5, 7)
+    with pytest.raises(RuntimeError) as cpu_err:
+        call(a, b)
+    with pytest.raises(RuntimeError) as neuron_err:
+        call(on(a), on(b))
+    assert str(neuron_err.value) == str(cpu_err.value)
+    same(torch.mm(on(a), on(b)), torch.mm(a, b))
+
+
+@pytest.mark.skipif(os.environ.get("NEURON_LAUNCH_BLOCKING") == "1", reason="observes asynchrony")
+def test_direct_ops_queue_even_with_the_generic_path_synchronous():
+    # With the generic path inline, only a direct path can return while the
+    # stream is busy: this fails for an op that lost its direct path.
+    x, w, b, m = torch.randn(8, 16), torch.randn(4, 16), torch.randn(4), torch.randn(8, 8)
+    nx, nw, nb, nm = on(x), on(w), on(b), on(m)
+    torch.neuron.synchronize()
+    torchneuron._C._set_async_path(False)
+    try:
+        torch.neuron._sleep(300_000)
+        y = [torch.relu(nx), nx.sum(), nx.sum(1, keepdim=True), torch.mm(nm, nm),
+             F.linear(nx, nw, nb)]
+        nm.relu_()
+        assert not torch.neuron.current_stream().query()
+    finally:
+        torchneuron._C._set_async_path(True)
+    want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), torch.mm(m, m), F.linear(x, w, b)]
+    for got, ref in zip(y, want):
+        same(got, ref)
+    same(nm, m.relu())
