@@ -89,15 +89,31 @@ void closeGate(nrtStream_t s) {
 
 }  // namespace
 
-TEST(Fusion, QueuedRunsGoToTheFuserAndEventsEndThem) {
-  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
-  reset();
-  nrtStream_t s;
-  NRT_OK(nrtStreamCreate(&s, 0, 0));
+// Each test: a fresh stream, empty logs, and the gate closed on the stream
+// (launched items queue behind it until the test sets gRelease).
+class Fusion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
+    reset();
+    NRT_OK(nrtStreamCreate(&s, 0, 0));
+    closeGate(s);
+  }
+  void TearDown() override {
+    if (s) NRT_OK(nrtStreamDestroy(s));
+  }
+  // Opens the gate and waits for what queued behind it.
+  nrtStatus release() {
+    gRelease = true;
+    return nrtStreamSynchronize(s);
+  }
+  nrtStream_t s = 0;
+};
+
+TEST_F(Fusion, QueuedRunsGoToTheFuserAndEventsEndThem) {
   nrtEvent_t e;
   NRT_OK(nrtEventCreate(&e, 0));
   TestFuser a, b;
-  closeGate(s);
   for (int t = 0; t < 3; ++t) launch(s, &a, t);
   launch(s, &b, 3);  // another fuser ends the run
   launch(s, &b, 4);
@@ -105,42 +121,27 @@ TEST(Fusion, QueuedRunsGoToTheFuserAndEventsEndThem) {
   launch(s, &b, 5);
   launch(s, nullptr, 6);  // and an item that runs alone
   launch(s, &a, 7);       // a run of one runs alone
-  gRelease = true;
-  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(release());
   EXPECT_EQ(gCalls, (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4}}));
   EXPECT_EQ(gAlone, (std::vector<int>{5, 6, 7}));
   NRT_OK(nrtEventDestroy(e));
-  NRT_OK(nrtStreamDestroy(s));
 }
 
-TEST(Fusion, WhatTheFuserLeavesIsOfferedAgain) {
-  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
-  reset();
-  nrtStream_t s;
-  NRT_OK(nrtStreamCreate(&s, 0, 0));
+TEST_F(Fusion, WhatTheFuserLeavesIsOfferedAgain) {
   TestFuser f;
   f.limit = 2;
-  closeGate(s);
   for (int t = 0; t < 5; ++t) launch(s, &f, t);
-  gRelease = true;
-  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(release());
   // {0,1} taken of five, {2,3} of three, and the last alone.
   EXPECT_EQ(gCalls, (std::vector<std::vector<int>>{{0, 1, 2, 3, 4}, {2, 3, 4}}));
   EXPECT_EQ(gAlone, (std::vector<int>{4}));
-  NRT_OK(nrtStreamDestroy(s));
 }
 
-TEST(Fusion, AFailureIsNamedAfterItsItemAndTheStreamGoesOn) {
-  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
-  reset();
-  nrtStream_t s;
-  NRT_OK(nrtStreamCreate(&s, 0, 0));
+TEST_F(Fusion, AFailureIsNamedAfterItsItemAndTheStreamGoesOn) {
   TestFuser f;
   f.failTag = 2;
-  closeGate(s);
   for (int t = 0; t < 4; ++t) launch(s, &f, t);
-  gRelease = true;
-  EXPECT_EQ(nrtStreamSynchronize(s), NRT_ERROR_KERNEL_FAILED);
+  EXPECT_EQ(release(), NRT_ERROR_KERNEL_FAILED);
   const std::string msg = nrtGetLastErrorMessage();
   EXPECT_NE(msg.find("test::item2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("value 9 out of range"), std::string::npos) << msg;
@@ -148,34 +149,24 @@ TEST(Fusion, AFailureIsNamedAfterItsItemAndTheStreamGoesOn) {
   // Reported once; the stream keeps working.
   launch(s, nullptr, 10);
   NRT_OK(nrtStreamSynchronize(s));
-  NRT_OK(nrtStreamDestroy(s));
 }
 
-TEST(Fusion, EachItemKeepsItsActivityRecord) {
-  if (launchBlocking()) GTEST_SKIP() << "items run alone under NEURON_LAUNCH_BLOCKING=1";
-  reset();
-  nrtStream_t s;
-  NRT_OK(nrtStreamCreate(&s, 0, 0));
+TEST_F(Fusion, EachItemKeepsItsActivityRecord) {
   nrtActivityRecord sink[64];
   size_t n = 0;
-  NRT_OK(nrtActivityDrain(sink, 64, &n, nullptr));
-  NRT_OK(nrtActivityEnable(1));
+  NRT_OK(nrtActivityDrain(sink, 64, &n, nullptr));  // what earlier tests left
+  NRT_OK(nrtActivityEnable(1));  // before the items launch: they carry records
   TestFuser f;
-  closeGate(s);
   for (int t = 0; t < 3; ++t) launch(s, &f, t);
-  gRelease = true;
-  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(release());
   NRT_OK(nrtActivityEnable(0));
   NRT_OK(nrtActivityDrain(sink, 64, &n, nullptr));
-  ASSERT_EQ(n, 4u);  // the gate and three items
-  EXPECT_EQ(sink[0].fusedCount, 0u);
-  EXPECT_EQ(sink[0].fusedWith, 0u);
-  for (size_t k = 1; k < 4; ++k) {
-    EXPECT_EQ(sink[k].name, "test::item" + std::to_string(k - 1));
+  ASSERT_EQ(n, 3u);  // the three items (the gate launched before recording)
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(sink[k].name, "test::item" + std::to_string(k));
     EXPECT_EQ(sink[k].fusedCount, 3u);
-    EXPECT_EQ(sink[k].fusedWith, sink[1].workId);
-    EXPECT_EQ(sink[k].startNs, sink[1].startNs);
+    EXPECT_EQ(sink[k].fusedWith, sink[0].workId);
+    EXPECT_EQ(sink[k].startNs, sink[0].startNs);
     EXPECT_EQ(sink[k].status, NRT_SUCCESS);
   }
-  NRT_OK(nrtStreamDestroy(s));
 }
