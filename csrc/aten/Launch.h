@@ -1,6 +1,7 @@
 // Enqueueing host closures as kernels on a neuron stream.
 #pragma once
 
+#include "core/ClosureReturn.h"
 #include "core/ComputeThreads.h"
 #include "core/KernelWarnings.h"
 #include "core/Runtime.h"
@@ -21,51 +22,27 @@ namespace torchneuron {
 
 namespace detail {
 
-// Closures are allocated by the launching (host) thread and would be freed
-// by the executor thread; freeing across threads makes the two contend in
-// the C allocator. So a finished closure is parked on a lock-free list and
-// freed by the next launch, on the host side.
-struct DeadClosure {
-  DeadClosure* next = nullptr;
-  void (*destroy)(DeadClosure*) = nullptr;
-  const char* name = "<unnamed kernel>";  // the work item's (static) name, for its warnings
-};
-
 // Collects the warnings a work item raises on the executor (KernelWarnings.h).
 struct CollectWarnings : c10::WarningHandler {
   std::vector<c10::Warning> warnings;
   void process(const c10::Warning& w) override { warnings.push_back(w); }
 };
-inline std::atomic<DeadClosure*>& deadClosures() {
-  static std::atomic<DeadClosure*> head{nullptr};
-  return head;
-}
-inline void buryClosure(DeadClosure* c) {
-  auto& head = deadClosures();
-  c->next = head.load(std::memory_order_relaxed);
-  while (!head.compare_exchange_weak(c->next, c, std::memory_order_release,
-                                     std::memory_order_relaxed)) {
-  }
-}
-inline void freeDeadClosures() {
-  DeadClosure* c = deadClosures().exchange(nullptr, std::memory_order_acquire);
-  while (c != nullptr) {
-    DeadClosure* next = c->next;
-    c->destroy(c);
-    c = next;
-  }
-}
 
 template <class F>
 struct Closure : DeadClosure {
   explicit Closure(F&& f) : fn(std::move(f)) {
     destroy = [](DeadClosure* self) { delete static_cast<Closure*>(self); };
   }
+  static void* operator new(size_t bytes) { return ClosureMemory::allocate(bytes); }
+  static void operator delete(void* p, size_t bytes) { ClosureMemory::release(p, bytes); }
   F fn;
 };
+// ClosureMemory's blocks have operator new's default alignment.
 
 template <class F>
 nrtStatus runClosure(void* args) {
+  static_assert(alignof(Closure<F>) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__,
+                "an over-aligned closure needs its own allocation");
   auto* closure = *static_cast<Closure<F>**>(args);
   applyComputeThreads();
   nrtStatus status = NRT_SUCCESS;

@@ -1,5 +1,6 @@
 // ComputeThreads.cpp — see ComputeThreads.h.
 #include "core/ComputeThreads.h"
+#include "core/ClosureReturn.h"
 
 #include "core/Runtime.h"
 
@@ -50,10 +51,17 @@ thread_local bool tRunsWork = false;
 // same way) are the ones released.
 void releaseTeam() { omp_pause_resource(omp_pause_soft, omp_get_initial_device()); }
 
+// What a worker gives up before it sleeps: its OpenMP team (above) and the
+// closures it ran since its last hand-back (ClosureReturn.h).
+void onWorkerIdle() {
+  releaseTeam();
+  detail::handBackClosures();
+}
+
 }  // namespace
 
 void noteLaunchComputeThreads() {
-  static const bool hooked = (nrtSetWorkerIdleHook(&releaseTeam), true);
+  static const bool hooked = (nrtSetWorkerIdleHook(&onWorkerIdle), true);
   (void)hooked;
   tLaunches = true;
   // The device computes now: the launching thread's idle team would slow
