@@ -70,8 +70,11 @@ class FusibleOp {
   };
   std::vector<IndexSpan> indexSpans;
   std::vector<int64_t> indexNumel;  // elements of the first list's tensor at each index
-  // List indices [begin, end) of every list, on this thread.
-  virtual void runList(int64_t begin, int64_t end) {}
+  // List indices [begin, end) of every list, on this thread. Only foreach
+  // ops (listLength > 0) are given list ranges.
+  virtual void runList(int64_t /*begin*/, int64_t /*end*/) {
+    TORCH_INTERNAL_ASSERT(false, name, " is elementwise: it has no list range");
+  }
 };
 
 // Whether list ops `ops` may run index by index in any order of the indices

@@ -17,6 +17,9 @@ namespace {
 
 struct DeviceStreams {
   std::once_flag default_once;
+  // Set once default_once ran: every launch looks its stream up here, and a
+  // call_once costs thread-local stores on each call (libstdc++).
+  std::atomic<bool> ready{false};
   nrtStream_t default_stream = 0;
   int least = 0;     // numerically largest priority
   int greatest = 0;  // numerically smallest priority
@@ -58,6 +61,7 @@ std::vector<std::unique_ptr<DeviceStreams>>& allDevices() {
 DeviceStreams& deviceStreams(c10::DeviceIndex device) {
   checkDeviceIndex(device);
   auto& ds = *allDevices()[device];
+  if (C10_LIKELY(ds.ready.load(std::memory_order_acquire))) return ds;
   std::call_once(ds.default_once, [&ds, device] {
     lazyInit();
     NEURON_CHECK(nrtStreamGetDefault(&ds.default_stream, device));
@@ -67,6 +71,7 @@ DeviceStreams& deviceStreams(c10::DeviceIndex device) {
     ds.greatest = std::min(props.streamPriorityGreatest, props.streamPriorityLeast);
     ds.levels = std::min(kMaxPriorityLevels, ds.least - ds.greatest + 1);
   });
+  ds.ready.store(true, std::memory_order_release);
   return ds;
 }
 

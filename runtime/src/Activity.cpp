@@ -13,8 +13,10 @@ namespace nrt {
 namespace activity {
 namespace {
 
-std::atomic<bool> gRecording{false};
-std::atomic<uint64_t> gNextWorkId{1};
+// Apart: launches write the id counter, workers read the flag per item; on
+// one cache line, each launch would take the line back from the worker.
+alignas(64) std::atomic<bool> gRecording{false};
+alignas(64) std::atomic<uint64_t> gNextWorkId{1};
 
 // Finished records, oldest first. Never destroyed: workers may finish an item
 // while the process exits.
