@@ -47,8 +47,8 @@ struct Operand {
       return r;
     }
     r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
-    r.sizes = at::DimVector(t.sizes());
-    r.strides = at::DimVector(t.strides());
+    r.sizes.assign(t.sizes().begin(), t.sizes().end());
+    r.strides.assign(t.strides().begin(), t.strides().end());
     r.dtype = t.scalar_type();
     return r;
   }

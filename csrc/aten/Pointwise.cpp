@@ -119,8 +119,12 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   at::ScalarType rtype;
   at::DimVector shape;
   try {
-    rtype = at::result_type(self, other);
-    shape = at::infer_size_dimvector(self.sizes(), other.sizes());
+    // Operands of one dtype give that dtype (at::result_type, without its
+    // dispatcher call); equal sizes need no broadcast.
+    rtype = self.scalar_type() == other.scalar_type() ? self.scalar_type()
+                                                      : at::result_type(self, other);
+    shape = self.sizes() == other.sizes() ? at::DimVector(self.sizes())
+                                          : at::infer_size_dimvector(self.sizes(), other.sizes());
   } catch (const c10::Error&) {
     return {};
   }
