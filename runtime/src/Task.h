@@ -47,6 +47,22 @@ struct Task {
     delete record;  // the item never ran
   }
 
+  // Moves this task's bytes into raw storage `slot`; this task is left
+  // empty (it owns nothing). The slot holds no object: only relocateFrom
+  // reads it back, once.
+  void relocateTo(void* slot) {
+    std::memcpy(slot, static_cast<const void*>(this), sizeof(Task));
+    heapArgs = nullptr;
+    record = nullptr;
+  }
+  // Takes the task out of `slot` (what relocateTo put there), releasing
+  // what this task held; the slot is only read.
+  void relocateFrom(const void* slot) {
+    std::free(heapArgs);
+    delete record;
+    std::memcpy(static_cast<void*>(this), slot, sizeof(Task));
+  }
+
   // Copies the kernel's arguments; false if the host is out of memory.
   bool setArgs(const void* args, size_t size) {
     if (size <= kInlineArgs) {
