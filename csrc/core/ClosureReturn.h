@@ -30,7 +30,7 @@ class ClosureMemory {
  public:
   static void* allocate(size_t bytes) {
     const size_t c = classOf(bytes);
-    if (c < kClasses) {
+    if (c < kClasses && !binsGone()) {
       Bin& bin = bins().bin[c];
       if (bin.head != nullptr) {
         Free* f = bin.head;
@@ -44,7 +44,7 @@ class ClosureMemory {
   }
   static void release(void* p, size_t bytes) {
     const size_t c = classOf(bytes);
-    if (c < kClasses) {
+    if (c < kClasses && !binsGone()) {
       Bin& bin = bins().bin[c];
       if (bin.count < kKeep) {
         bin.head = new (p) Free{bin.head};
@@ -69,6 +69,7 @@ class ClosureMemory {
   struct Bins {
     Bin bin[kClasses];
     ~Bins() {  // the thread ends
+      binsGone() = true;
       for (Bin& b : bin) {
         while (b.head) {
           Free* f = b.head;
@@ -82,6 +83,13 @@ class ClosureMemory {
   static Bins& bins() {
     thread_local Bins b;
     return b;
+  }
+  // Whether this thread's bins were destroyed (its exit under way): a
+  // closure freed after that goes to the C allocator. Trivially
+  // destructible, so it stays readable to the thread's very end.
+  static bool& binsGone() {
+    thread_local bool gone = false;
+    return gone;
   }
 };
 
@@ -102,7 +110,9 @@ inline std::atomic<DeadBatch*>& deadBatches() {
   return head;
 }
 
-// The batch this thread is filling.
+// The batch this thread is filling. A thread that ends with a partial batch
+// (a host thread that ran closures under NEURON_LAUNCH_BLOCKING=1; workers
+// live as long as the process) leaves its at most 63 closures unfreed.
 inline DeadBatch*& fillingBatch() {
   thread_local DeadBatch* batch = nullptr;
   return batch;
