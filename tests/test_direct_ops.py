@@ -1,4 +1,5 @@
-"""The direct paths of relu, sum, mm and addmm (csrc/aten/DirectOp.h).
+"""The direct paths of add, sub, mul, div, relu, sum, mm and addmm
+(csrc/aten/DirectOp.h).
 
 Each hot op checks its arguments on the host and queues CPU's kernel over
 device memory, skipping the generic path's boxing, keys and Meta pass. The
@@ -45,6 +46,56 @@ def layouts(shape, dtype):
         x, nx = view(base), view(on(base))
         assert nx.stride() == x.stride()
         yield x, nx
+
+
+BINARY = {
+    "add": lambda a, b: torch.add(a, b, alpha=2),
+    "sub": lambda a, b: torch.sub(a, b, alpha=3),
+    "mul": torch.mul,
+    "div": torch.div,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int32, torch.int64, torch.complex64])
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_ops_match_cpu(op, dtype):
+    f = BINARY[op]
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(6, 7, generator=g) * 10).to(dtype)
+    b = (torch.randn(6, 7, generator=g) * 10).to(dtype)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        b = b.masked_fill(b == 0, 3)  # integer division by zero is not the point here
+    same(f(on(a), on(b)), f(a, b))                       # functional, same shape
+    same(f(on(a), on(b[0])), f(a, b[0]))                 # broadcast
+    same(f(on(a.t()), on(b.t())), f(a.t(), b.t()))       # transposed operands
+    same(f(on(a), 3), f(a, 3))                           # a Python scalar
+    if f(a, b).dtype == dtype:                           # in place where CPU allows it
+        x, nx = a.clone(), on(a)
+        getattr(x, op + "_")(b)
+        getattr(nx, op + "_")(on(b))
+        same(nx, x)
+    if op in ("add", "sub") and dtype.is_floating_point:  # a float alpha
+        same(getattr(torch, op)(on(a), on(b), alpha=0.25), getattr(torch, op)(a, b, alpha=0.25))
+    out, nout = torch.empty(6, 7, dtype=f(a, b).dtype), on(torch.empty(6, 7, dtype=f(a, b).dtype))
+    getattr(torch, op)(a, b, out=out)
+    getattr(torch, op)(on(a), on(b), out=nout)
+    same(nout, out)
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b: a.bool() - b.bool(),                    # sub of bools
+    lambda a, b: torch.sub(a.long(), b.long(), alpha=0.5),  # float alpha, integer tensors
+    lambda a, b: a.long().div_(b.long()),                # true division cannot stay integral
+    lambda a, b: torch.add(a, b[:2]),                    # shapes do not broadcast
+])
+def test_bad_binary_calls_raise_as_cpu_and_the_device_keeps_working(call):
+    a, b = torch.randn(4, 3), torch.randn(4, 3) + 5
+    with pytest.raises(RuntimeError) as cpu_err:
+        call(a, b)
+    with pytest.raises(RuntimeError) as neuron_err:
+        call(on(a), on(b))
+    assert str(neuron_err.value) == str(cpu_err.value)
+    same(on(a) / on(b), a / b)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -177,12 +228,13 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
     try:
         torch.neuron._sleep(300_000)
         y = [torch.relu(nx), nx.sum(), nx.sum(1, keepdim=True), torch.mm(nm, nm),
-             F.linear(nx, nw, nb)]
+             F.linear(nx, nw, nb), nx + nx, nx - 1, nx * nx, nx / 3]
         nm.relu_()
         assert not torch.neuron.current_stream().query()
     finally:
         torchneuron._C._set_async_path(True)
-    want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), torch.mm(m, m), F.linear(x, w, b)]
+    want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), torch.mm(m, m), F.linear(x, w, b),
+            x + x, x - 1, x * x, x / 3]
     for got, ref in zip(y, want):
         same(got, ref)
     same(nm, m.relu())

@@ -1,12 +1,14 @@
-// The direct paths of add and mul (DirectOp.h); large contiguous calls are
-// queued fusible (Fusion.h).
+// The direct paths of add, sub, mul and div (DirectOp.h); large contiguous
+// calls are queued fusible (Fusion.h).
 #include "aten/DirectOp.h"
 #include "aten/Fusion.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/add_cpu_dispatch.h>
+#include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
+#include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -14,7 +16,25 @@
 namespace torchneuron {
 namespace {
 
-enum class Kind { Add, Mul };
+enum class Kind { Add, Sub, Mul, Div };
+
+// Each kind's op: its overloads' names, its generic-path schema names, and
+// whether it takes alpha.
+struct OpNames {
+  const char* functional;
+  const char* inplace;
+  const char* out;
+  const char* name;          // "aten::add": the functional and out= schemas' name
+  const char* inplaceName;   // "aten::add_"
+  bool alpha;
+};
+constexpr OpNames kOps[] = {
+    {"aten::add.Tensor", "aten::add_.Tensor", "aten::add.out", "aten::add", "aten::add_", true},
+    {"aten::sub.Tensor", "aten::sub_.Tensor", "aten::sub.out", "aten::sub", "aten::sub_", true},
+    {"aten::mul.Tensor", "aten::mul_.Tensor", "aten::mul.out", "aten::mul", "aten::mul_", false},
+    {"aten::div.Tensor", "aten::div_.Tensor", "aten::div.out", "aten::div", "aten::div_", false},
+};
+constexpr const OpNames& namesOf(Kind k) { return kOps[static_cast<int>(k)]; }
 
 bool fastDtype(at::ScalarType t) {
   switch (t) {
@@ -56,10 +76,11 @@ at::Tensor allocateOutput(c10::IntArrayRef shape, at::ScalarType dtype, const at
 
 void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b,
              const at::Scalar& alpha) {
-  if (kind == Kind::Add) {
-    at::cpu::add_out(out, a, b, alpha);
-  } else {
-    at::cpu::mul_out(out, a, b);
+  switch (kind) {
+    case Kind::Add: at::cpu::add_out(out, a, b, alpha); break;
+    case Kind::Sub: at::cpu::sub_out(out, a, b, alpha); break;
+    case Kind::Mul: at::cpu::mul_out(out, a, b); break;
+    case Kind::Div: at::cpu::div_out(out, a, b); break;
   }
 }
 
@@ -111,6 +132,9 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   const c10::Device device = self.device();
   if (!usableOperand(self, device) || !usableOperand(other, device)) return {};
   if (self.scalar_type() == at::kBool && kind == Kind::Add) return {};
+  // CPU's sub refuses bool operands (the generic path raises its error).
+  if (kind == Kind::Sub && (self.scalar_type() == at::kBool || other.scalar_type() == at::kBool))
+    return {};
   // Only dtypes CPU's add and mul kernels have: the others (uint16/32/64,
   // float8) take the generic path, which raises CPU's NotImplementedError at
   // the op instead of failing a queued kernel.
@@ -128,7 +152,9 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   } catch (const c10::Error&) {
     return {};
   }
-  if (kind == Kind::Add && !alphaIsSimple(alpha, rtype)) return {};
+  if (namesOf(kind).alpha && !alphaIsSimple(alpha, rtype)) return {};
+  // True division of integers gives the default float dtype: the generic path.
+  if (kind == Kind::Div && !(at::isFloatingType(rtype) || at::isComplexType(rtype))) return {};
   // A zero-element result's strides are TensorIterator's choice (a sliced
   // input's are not kept): the generic path gives CPU's.
   if (mode == Mode::Functional && c10::multiply_integers(shape) == 0) return {};
@@ -157,82 +183,74 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   return out;
 }
 
-at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  NEURON_DIRECT_OP("aten::add.Tensor");
-  at::Tensor r = tryFast(Kind::Add, kName, self, other, alpha, Mode::Functional, nullptr);
+// The three overloads of each kind, with or without alpha. Their counters
+// and generic-path handles are per kind (static locals of each instance).
+template <Kind K>
+at::Tensor functional(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  static OpCounters* counters = opCounters(namesOf(K).functional);
+  at::Tensor r = tryFast(K, namesOf(K).functional, self, other, alpha, Mode::Functional, nullptr);
   if (r.defined()) {
     recordOp(counters, OpPath::Async);
     return r;
   }
-  static const auto& op = genericOp("aten::add", "Tensor");
-  return viaGeneric(op, {self, other, alpha});
+  static const auto& op = genericOp(namesOf(K).name, "Tensor");
+  return namesOf(K).alpha ? viaGeneric(op, {self, other, alpha}) : viaGeneric(op, {self, other});
 }
 
-at::Tensor& add_inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  NEURON_DIRECT_OP("aten::add_.Tensor");
-  if (tryFast(Kind::Add, kName, self, other, alpha, Mode::InPlace, nullptr).defined()) {
+template <Kind K>
+at::Tensor& inplace(at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  static OpCounters* counters = opCounters(namesOf(K).inplace);
+  if (tryFast(K, namesOf(K).inplace, self, other, alpha, Mode::InPlace, nullptr).defined()) {
     recordOp(counters, OpPath::Async);
     return self;
   }
-  static const auto& op = genericOp("aten::add_", "Tensor");
-  viaGeneric(op, {self, other, alpha});
+  static const auto& op = genericOp(namesOf(K).inplaceName, "Tensor");
+  namesOf(K).alpha ? viaGeneric(op, {self, other, alpha}) : viaGeneric(op, {self, other});
   return self;
 }
 
-at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
-                    at::Tensor& out) {
-  NEURON_DIRECT_OP("aten::add.out");
-  if (tryFast(Kind::Add, kName, self, other, alpha, Mode::Out, &out).defined()) {
+template <Kind K>
+at::Tensor& outVariant(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                       at::Tensor& out) {
+  static OpCounters* counters = opCounters(namesOf(K).out);
+  if (tryFast(K, namesOf(K).out, self, other, alpha, Mode::Out, &out).defined()) {
     recordOp(counters, OpPath::Async);
     return out;
   }
-  static const auto& op = genericOp("aten::add", "out");
-  viaGeneric(op, {self, other, alpha, out});
+  static const auto& op = genericOp(namesOf(K).name, "out");
+  namesOf(K).alpha ? viaGeneric(op, {self, other, alpha, out}) : viaGeneric(op, {self, other, out});
   return out;
 }
 
-at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
-  NEURON_DIRECT_OP("aten::mul.Tensor");
-  at::Tensor r = tryFast(Kind::Mul, kName, self, other, 1, Mode::Functional, nullptr);
-  if (r.defined()) {
-    recordOp(counters, OpPath::Async);
-    return r;
-  }
-  static const auto& op = genericOp("aten::mul", "Tensor");
-  return viaGeneric(op, {self, other});
+// The schemas without alpha.
+template <Kind K>
+at::Tensor functionalNoAlpha(const at::Tensor& self, const at::Tensor& other) {
+  return functional<K>(self, other, 1);
 }
-
-at::Tensor& mul_inplace(at::Tensor& self, const at::Tensor& other) {
-  NEURON_DIRECT_OP("aten::mul_.Tensor");
-  if (tryFast(Kind::Mul, kName, self, other, 1, Mode::InPlace, nullptr).defined()) {
-    recordOp(counters, OpPath::Async);
-    return self;
-  }
-  static const auto& op = genericOp("aten::mul_", "Tensor");
-  viaGeneric(op, {self, other});
-  return self;
+template <Kind K>
+at::Tensor& inplaceNoAlpha(at::Tensor& self, const at::Tensor& other) {
+  return inplace<K>(self, other, 1);
 }
-
-at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
-  NEURON_DIRECT_OP("aten::mul.out");
-  if (tryFast(Kind::Mul, kName, self, other, 1, Mode::Out, &out).defined()) {
-    recordOp(counters, OpPath::Async);
-    return out;
-  }
-  static const auto& op = genericOp("aten::mul", "out");
-  viaGeneric(op, {self, other, out});
-  return out;
+template <Kind K>
+at::Tensor& outNoAlpha(const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  return outVariant<K>(self, other, 1, out);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("add.Tensor", TORCH_FN(add_tensor));
-  m.impl("add_.Tensor", TORCH_FN(add_inplace));
-  m.impl("add.out", TORCH_FN(add_out));
-  m.impl("mul.Tensor", TORCH_FN(mul_tensor));
-  m.impl("mul_.Tensor", TORCH_FN(mul_inplace));
-  m.impl("mul.out", TORCH_FN(mul_out));
+  m.impl("add.Tensor", TORCH_FN(functional<Kind::Add>));
+  m.impl("add_.Tensor", TORCH_FN(inplace<Kind::Add>));
+  m.impl("add.out", TORCH_FN(outVariant<Kind::Add>));
+  m.impl("sub.Tensor", TORCH_FN(functional<Kind::Sub>));
+  m.impl("sub_.Tensor", TORCH_FN(inplace<Kind::Sub>));
+  m.impl("sub.out", TORCH_FN(outVariant<Kind::Sub>));
+  m.impl("mul.Tensor", TORCH_FN(functionalNoAlpha<Kind::Mul>));
+  m.impl("mul_.Tensor", TORCH_FN(inplaceNoAlpha<Kind::Mul>));
+  m.impl("mul.out", TORCH_FN(outNoAlpha<Kind::Mul>));
+  m.impl("div.Tensor", TORCH_FN(functionalNoAlpha<Kind::Div>));
+  m.impl("div_.Tensor", TORCH_FN(inplaceNoAlpha<Kind::Div>));
+  m.impl("div.out", TORCH_FN(outNoAlpha<Kind::Div>));
 }
 
 }  // namespace torchneuron
