@@ -366,8 +366,13 @@ def run_workers(script, names, worker_args, chunk=40):
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:200]
             if started is None or started in done:
-                # Died outside any item (import, set-up): nothing ran; say so.
-                raise RuntimeError(f"conformance worker failed before running: {tail}")
+                # Died outside any item: nothing ran (import, set-up), or
+                # everything did and the process failed on its way out.
+                when = ("before running its first item" if started is None
+                        else f"after its last item ({len(done)} done), on exit")
+                lines = "\n".join(proc.stderr.strip().splitlines()[-8:])
+                raise RuntimeError(f"conformance worker failed {when} with exit status "
+                                   f"{proc.returncode}; its stderr ends:\n{lines}")
             after = f" (after {last['dtype']} {last['check']})" if last else ""
             records.append({"op": started, "dtype": "-", "check": "run", "status": "crash",
                             "detail": f"worker exited with {proc.returncode}{after}: {tail}"})
