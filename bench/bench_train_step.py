@@ -15,7 +15,7 @@ printed with the result.
 
 runs every step under torch.autocast(dtype=torch.bfloat16) on each device.
 neuron applies CUDA's autocast policy, which differs from CPU's on
-layer_norm, cross_entropy and batch_norm (cuda_autocast_policy below); the
+layer_norm and cross_entropy (cuda_autocast_policy below); the
 CPU reference gets CUDA's casts written out (as tests/test_no_host_wait.py
 does for layer_norm), so both run the same math and the losses and
 parameters can be compared bit for bit.
@@ -44,14 +44,12 @@ def cuda_autocast_policy(device, dtype):
     applies) where CPU's differs on an op these models use:
     - layer_norm: fp32 on CUDA, the input dtype on CPU;
     - cross_entropy: CUDA's list leaves it out, so it runs as composed, its
-      log_softmax in the input dtype; CPU's list runs it all in fp32;
-    - batch_norm: CUDA's leaves it out (a bf16 input with fp32 parameters
-      and statistics); CPU's casts it.
+      log_softmax in the input dtype; CPU's list runs it all in fp32.
     Elsewhere nothing changes."""
     if device != "cpu" or dtype is None:
         yield
         return
-    layer_norm, cross_entropy, batch_norm = F.layer_norm, F.cross_entropy, F.batch_norm
+    layer_norm, cross_entropy = F.layer_norm, F.cross_entropy
 
     def cuda_layer_norm(x, shape, weight=None, bias=None, eps=1e-5):
         if not torch.is_autocast_enabled("cpu"):
@@ -70,15 +68,11 @@ def cuda_autocast_policy(device, dtype):
             logp = torch.log_softmax(input, 1 if input.dim() > 1 else 0, dtype=input.dtype)
             return F.nll_loss(logp.float(), target, None if weight is None else weight.float(),
                               ignore_index=ignore_index, reduction=reduction)
-
-    def cuda_batch_norm(*args, **kwargs):
-        with torch.autocast("cpu", enabled=False):
-            return batch_norm(*args, **kwargs)
-    F.layer_norm, F.cross_entropy, F.batch_norm = cuda_layer_norm, cuda_cross_entropy, cuda_batch_norm
+    F.layer_norm, F.cross_entropy = cuda_layer_norm, cuda_cross_entropy
     try:
         yield
     finally:
-        F.layer_norm, F.cross_entropy, F.batch_norm = layer_norm, cross_entropy, batch_norm
+        F.layer_norm, F.cross_entropy = layer_norm, cross_entropy
 
 
 def train(device, opt, sched, loss_at, steps, warmup, amp=None):
