@@ -34,11 +34,8 @@ struct Task {
   Task(Task&& o) noexcept { *this = std::move(o); }
   Task& operator=(Task&& o) noexcept {
     if (this != &o) {
-      std::free(heapArgs);
-      delete record;
-      std::memcpy(static_cast<void*>(this), &o, sizeof(Task));
-      o.heapArgs = nullptr;
-      o.record = nullptr;
+      relocateFrom(&o);
+      o.disown();
     }
     return *this;
   }
@@ -52,8 +49,7 @@ struct Task {
   // reads it back, once.
   void relocateTo(void* slot) {
     std::memcpy(slot, static_cast<const void*>(this), sizeof(Task));
-    heapArgs = nullptr;
-    record = nullptr;
+    disown();
   }
   // Takes the task out of `slot` (what relocateTo put there), releasing
   // what this task held; the slot is only read.
@@ -61,6 +57,12 @@ struct Task {
     std::free(heapArgs);
     delete record;
     std::memcpy(static_cast<void*>(this), slot, sizeof(Task));
+  }
+
+  // Forgets what this task owns: its bytes were copied to where it lives now.
+  void disown() {
+    heapArgs = nullptr;
+    record = nullptr;
   }
 
   // Copies the kernel's arguments; false if the host is out of memory.
