@@ -107,6 +107,14 @@ inline WorkDesc describeDirect(const char* name, const at::Tensor& out,
   return work;
 }
 
+// Queues a direct kernel on the current stream of `out`'s device.
+template <class F>
+void launchDirect(const char* name, const at::Tensor& out,
+                  std::initializer_list<const at::Tensor*> inputs, F&& fn) {
+  launchWork(getCurrentStream(out.device().index()), describeDirect(name, out, inputs),
+             std::forward<F>(fn));
+}
+
 // The generic path for an unboxed call whose direct path declined: the
 // arguments are boxed and run there (it raises what CPU raises).
 inline const c10::OperatorHandle& genericOp(const char* name, const char* overload) {

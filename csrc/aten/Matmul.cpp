@@ -32,12 +32,12 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (directMatmul(self, mat2)) {
     c10::DeviceGuard guard(self.device());
     at::Tensor out = emptyDevice({self.size(0), mat2.size(1)}, self.scalar_type());
-    launchWork(getCurrentStream(self.device().index()), describeDirect(kName, out, {&self, &mat2}),
-               [o = Operand::of(out, /*written=*/true), a = Operand::of(self),
-                b = Operand::of(mat2)] {
-                 at::Tensor result = o.cpu();
-                 at::cpu::mm_out(result, a.cpu(), b.cpu());
-               });
+    launchDirect(
+        kName, out, {&self, &mat2},
+        [o = Operand::of(out, /*written=*/true), a = Operand::of(self), b = Operand::of(mat2)] {
+          at::Tensor result = o.cpu();
+          at::cpu::mm_out(result, a.cpu(), b.cpu());
+        });
     recordOp(counters, OpPath::Async);
     return out;
   }
@@ -53,13 +53,12 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
       at::is_expandable_to(self.sizes(), {mat1.size(0), mat2.size(1)})) {
     c10::DeviceGuard guard(mat1.device());
     at::Tensor out = emptyDevice({mat1.size(0), mat2.size(1)}, mat1.scalar_type());
-    launchWork(getCurrentStream(mat1.device().index()),
-               describeDirect(kName, out, {&self, &mat1, &mat2}),
-               [o = Operand::of(out, /*written=*/true), s = Operand::of(self),
-                a = Operand::of(mat1), b = Operand::of(mat2), beta, alpha] {
-                 at::Tensor result = o.cpu();
-                 at::cpu::addmm_out(result, s.cpu(), a.cpu(), b.cpu(), beta, alpha);
-               });
+    launchDirect(kName, out, {&self, &mat1, &mat2},
+                 [o = Operand::of(out, /*written=*/true), s = Operand::of(self),
+                  a = Operand::of(mat1), b = Operand::of(mat2), beta, alpha] {
+                   at::Tensor result = o.cpu();
+                   at::cpu::addmm_out(result, s.cpu(), a.cpu(), b.cpu(), beta, alpha);
+                 });
     recordOp(counters, OpPath::Async);
     return out;
   }

@@ -28,11 +28,11 @@ at::Tensor relu(const at::Tensor& self) {
   if (direct(self) && self.is_non_overlapping_and_dense()) {
     c10::DeviceGuard guard(self.device());
     at::Tensor out = emptyDeviceStrided(self.sizes(), self.strides(), self.scalar_type());
-    launchWork(getCurrentStream(self.device().index()), describeDirect(kName, out, {&self}),
-               [o = Operand::of(out, /*written=*/true), in = Operand::of(self)] {
-                 at::Tensor result = o.cpu();
-                 at::cpu::clamp_min_out(result, in.cpu(), 0);
-               });
+    launchDirect(kName, out, {&self},
+                 [o = Operand::of(out, /*written=*/true), in = Operand::of(self)] {
+                   at::Tensor result = o.cpu();
+                   at::cpu::clamp_min_out(result, in.cpu(), 0);
+                 });
     recordOp(counters, OpPath::Async);
     return out;
   }
@@ -45,11 +45,10 @@ at::Tensor& relu_(at::Tensor& self) {
   // An input whose elements share memory raises on CPU: the generic path says so.
   if (direct(self) && at::has_internal_overlap(self) == at::MemOverlap::No) {
     c10::DeviceGuard guard(self.device());
-    launchWork(getCurrentStream(self.device().index()), describeDirect(kName, self, {}),
-               [s = Operand::of(self, /*written=*/true)] {
-                 at::Tensor t = s.cpu();
-                 at::cpu::clamp_min_(t, 0);
-               });
+    launchDirect(kName, self, {}, [s = Operand::of(self, /*written=*/true)] {
+      at::Tensor t = s.cpu();
+      at::cpu::clamp_min_(t, 0);
+    });
     recordOp(counters, OpPath::Async);
     return self;
   }

@@ -5,7 +5,6 @@
 
 #include <ATen/ops/sum_cpu_dispatch.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/WrapDimMinimal.h>
 #include <torch/library.h>
 
 #include <bitset>
@@ -51,14 +50,14 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
       at::Tensor out = emptyDevice(*shape, self.scalar_type());
       std::optional<at::DimVector> dims;
       if (dim.has_value()) dims = at::DimVector(*dim);
-      launchWork(getCurrentStream(self.device().index()), describeDirect(kName, out, {&self}),
-                 [o = Operand::of(out, /*written=*/true), in = Operand::of(self),
-                  dims = std::move(dims), keepdim] {
-                   at::Tensor result = o.cpu();
-                   at::OptionalIntArrayRef d;
-                   if (dims.has_value()) d = at::IntArrayRef(*dims);
-                   at::cpu::sum_out(result, in.cpu(), d, keepdim, std::nullopt);
-                 });
+      launchDirect(kName, out, {&self},
+                   [o = Operand::of(out, /*written=*/true), in = Operand::of(self),
+                    dims = std::move(dims), keepdim] {
+                     at::Tensor result = o.cpu();
+                     at::OptionalIntArrayRef d;
+                     if (dims.has_value()) d = at::IntArrayRef(*dims);
+                     at::cpu::sum_out(result, in.cpu(), d, keepdim, std::nullopt);
+                   });
       recordOp(counters, OpPath::Async);
       return out;
     }
