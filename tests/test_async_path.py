@@ -130,6 +130,39 @@ def test_data_dependent_ops_take_the_synchronous_path():
     assert_same(nx[nx > 0], x[x > 0])
 
 
+@requires_async
+def test_an_argument_error_in_a_python_meta_kernel_leaves_the_op_asynchronous():
+    # aten::add.Tensor's Meta kernel is Python (torch/_meta_registrations.py): a shape
+    # mismatch raises there, as a Python RuntimeError. That is the user's error for this
+    # call, not a refusal like nonzero's: later adds must still queue. (A fresh process:
+    # the op's state is process-wide, and other tests' order must not hide a regression.)
+    r = run_python(
+        """
+        import torch, torchneuron
+        a, b = torch.randn(4, 3, device="neuron"), torch.randn(2, 3, device="neuron")
+        try:
+            torch.add(a, b)  # shapes do not broadcast
+        except RuntimeError as e:
+            print("raised:", "must match" in str(e))
+        x = torch.randn(2, 3, device="neuron") > 0
+        y = torch.randn(2, 3, device="neuron") > 0
+        x + y  # bool + bool: the generic path (the first of its kind runs inline)
+        torch.neuron.synchronize()
+        torch.neuron._sleep(300_000)
+        torchneuron.clear_op_tracking()
+        z = x + y
+        print("queued:", not torch.neuron.current_stream().query())
+        print("waits:", torchneuron.get_host_waits())
+        print("paths:", torchneuron.get_op_paths()["aten::add.Tensor"])
+        print("equal:", torch.equal(z.cpu(), x.cpu() + y.cpu()))
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "raised: True" in r.stdout and "queued: True" in r.stdout, r.stdout
+    assert "waits: []" in r.stdout and "equal: True" in r.stdout, r.stdout
+    assert "'async': 1" in r.stdout and "'fallback': 0" in r.stdout, r.stdout
+
+
 def test_first_call_of_a_kind_runs_inline_then_queues():
     x = torch.randn(64, 64, dtype=torch.float64)
     nx = x.to("neuron")

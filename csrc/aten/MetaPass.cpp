@@ -30,6 +30,13 @@ MetaCache& metaCache() {
   return *cache;
 }
 
+std::atomic<ForeignMetaRefusalTest> gForeignRefusalTest{nullptr};
+
+bool isRefusal(std::exception_ptr error) {
+  ForeignMetaRefusalTest test = gForeignRefusalTest.load(std::memory_order_acquire);
+  return test == nullptr || test(error);
+}
+
 // The Meta stand-in of one argument.
 c10::IValue metaArg(const c10::IValue& iv, bool generator) {
   auto toMeta = [](const at::Tensor& t) -> at::Tensor {
@@ -72,8 +79,9 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
   } catch (const c10::Error&) {
     return nullptr;  // the slow path raises the CPU kernel's own error
   } catch (...) {
-    // A Python meta kernel refused (data-dependent output, e.g. nonzero).
-    markIneligible(op);
+    // A Python meta kernel raised: it refused the op (data-dependent output,
+    // e.g. nonzero), or it rejected these arguments as CPU's kernel will.
+    if (isRefusal(std::current_exception())) markIneligible(op);
     return nullptr;
   }
   if (meta.size() != plan.returnArg.size()) return nullptr;
@@ -123,6 +131,10 @@ std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const P
     cache.entries.emplace(key, result);
   }
   return result;
+}
+
+void setForeignMetaRefusalTest(ForeignMetaRefusalTest test) {
+  gForeignRefusalTest.store(test, std::memory_order_release);
 }
 
 void cacheMeta(const std::string& key, std::shared_ptr<const MetaResult> meta) {

@@ -12,6 +12,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,17 @@ struct MetaResult {
 std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
                                           const torch::jit::Stack& stack, size_t begin,
                                           const std::string& key, bool cacheable, bool& ranNow);
+
+// Meta kernels written in Python raise Python exceptions, which reach C++ as
+// exceptions this library cannot look into (it does not depend on Python).
+// The bindings install a test that tells a refusal (NotImplementedError, or
+// fake tensors' data-dependent and dynamic-shape exceptions: no Meta answer
+// exists for the op, so it leaves the asynchronous path for good) from an
+// error about these arguments (a shape mismatch: the synchronous path raises
+// CPU's error for this call only). Without a test every foreign exception
+// counts as a refusal.
+using ForeignMetaRefusalTest = bool (*)(std::exception_ptr error);
+void setForeignMetaRefusalTest(ForeignMetaRefusalTest test);
 
 // Replaces the cached result under `key` (learned layouts).
 void cacheMeta(const std::string& key, std::shared_ptr<const MetaResult> meta);

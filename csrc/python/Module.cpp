@@ -46,6 +46,7 @@ void installCapturedTracebackPython();
 namespace torchneuron {
 void registerMemoryBindings(py::module& m);
 void registerDistributedBindings(py::module& m);
+void installMetaRefusalTest();
 
 namespace {
 
@@ -153,6 +154,7 @@ PYBIND11_MODULE(_C, m) {
   torch::installCapturedTracebackPython();
   // All static registrations of the backend are done by now.
   torchneuron::registerCpuParityKernels();
+  torchneuron::installMetaRefusalTest();
   using namespace torchneuron;
   m.doc() = "torchneuron backend bindings";
   m.def("_init", [] { lazyInit(); });
