@@ -187,8 +187,9 @@ def _optimizer_steps(make_opt, sizes, steps=3):
 
 @requires_async
 @pytest.mark.parametrize("sizes", [[1000 + 37 * i for i in range(40)],  # each op on one thread
-                                   [40000, 70001, 5, 3000]],            # some split by elements
-                         ids=["small", "mixed"])
+                                   [40000, 70001, 5, 3000],             # some split by elements
+                                   [300007, 2 * 65536 + 1, 33000]],     # several blocks a chunk
+                         ids=["small", "mixed", "large"])
 def test_foreach_optimizer_steps_queue_one_item_per_call(fusion_on, sizes):
     # PyTorch's default AdamW on a PrivateUse1 device takes the foreach path.
     _optimizer_steps(lambda ps: torch.optim.AdamW(ps, lr=1e-2), sizes)
@@ -198,9 +199,12 @@ def test_foreach_optimizer_steps_queue_one_item_per_call(fusion_on, sizes):
     assert paths["aten::_foreach_sqrt.out"]["async"] == 3, paths  # the functional form too
     assert "aten::lerp_.Scalar" not in paths  # not one dispatch per parameter
     if sizes[0] > 32768:
-        # Lists of large tensors: the step's foreach calls run index by index.
-        by_op = torchneuron.get_fusion_stats()["by_op"]
-        assert by_op.get("aten::_foreach_lerp_.Scalar", 0) >= 2, by_op
+        # Lists of large tensors: the step's foreach calls run index by index,
+        # each index block by block (the values above are CPU's bits).
+        stats = torchneuron.get_fusion_stats()
+        assert stats["by_op"].get("aten::_foreach_lerp_.Scalar", 0) >= 2, stats
+        assert stats["by_op"].get("aten::_foreach_sqrt.out", 0) >= 2, stats
+        assert stats["blocked_list_passes"] >= 2, stats
     # SGD with momentum and weight decay, too.
     torchneuron.clear_op_tracking()
     _optimizer_steps(lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2,
@@ -225,6 +229,31 @@ def test_foreach_lists_aliased_across_indices_keep_serial_order(fusion_on, n):
     ref = program(*[t.clone() for t in inputs])
     for fused in (True, False):
         assert_bitwise(run_neuron(program, inputs, fused=fused), ref)
+
+
+@requires_async
+def test_foreach_ops_touching_shifted_views_at_one_index_are_not_blocked(fusion_on):
+    # At index 0 the second call reads b, which overlaps what the first call
+    # writes (a) one element off. Walked block by block, the second call would
+    # read elements of a the first call has not scaled yet: the pass must run
+    # each op on the whole index instead (and still give CPU's bits).
+    n = 300_001  # two chunks, each several blocks
+
+    def program(base, c, d, e):
+        a, b = base[:n], base[1:n + 1]
+        torch._foreach_mul_([a, c], 1.5)
+        torch._foreach_add_([d, e], [b, c])
+        return [base, c, d, e]
+
+    g = torch.Generator().manual_seed(1)
+    inputs = [torch.randn(n + 1, generator=g)] + [torch.randn(n, generator=g) for _ in range(3)]
+    ref = program(*[t.clone() for t in inputs])
+    run_neuron(program, inputs, fused=True)  # the first call of a kind runs inline
+    torchneuron.clear_op_tracking()
+    assert_bitwise(run_neuron(program, inputs, fused=True), ref)
+    stats = torchneuron.get_fusion_stats()
+    assert stats["passes"] == 1 and stats["ops"] == 2, stats  # one pass, index by index
+    assert stats["blocked_list_passes"] == 0, stats
 
 
 @requires_async

@@ -53,8 +53,10 @@ def clear_op_tracking() -> None:
 def get_fusion_stats() -> dict:
     """What ran fused since the last clear (README, "Adaptive eager fusion").
 
-    ``{"passes": fused passes, "ops": ops they held, "by_op": {op: count}}``:
-    counted when a pass ran on the device (after a synchronize, all of them).
+    ``{"passes": fused passes, "ops": ops they held, "by_op": {op: count},
+    "blocked_list_passes": passes of foreach ops that walked each list index's
+    tensors block by block}``: counted when a pass ran on the device (after
+    a synchronize, all of them).
     An op counted here is also counted as ``async`` in ``get_op_paths()``.
     """
     return dict(_C._fusion_stats())

@@ -134,6 +134,9 @@ struct FusibleForeach final : FusibleOp {
     TORCH_INTERNAL_ASSERT(false, "a foreach kernel has no element range");
   }
   void runList(int64_t begin, int64_t end) override { kernel.runListRange(begin, end); }
+  void runListElements(int64_t index, int64_t begin, int64_t end) override {
+    kernel.runListElements(index, begin, end);
+  }
   Kernel kernel;
   std::shared_ptr<const MetaResult> meta;
 };
@@ -164,6 +167,7 @@ void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<con
       auto op = std::make_unique<FusibleForeach>(std::move(kernel), std::move(meta));
       op->listLength = length;
       op->smallLists = small;
+      op->elementwiseLists = !small && op->kernel.listsElementwise();
       describeLists(op->kernel, *op);
       launchFusible(stream, work, std::move(op));
       return;

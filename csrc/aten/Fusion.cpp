@@ -92,10 +92,11 @@ bool joins(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
   return true;
 }
 
-void tally(c10::ArrayRef<FusibleOp*> ops) {
+void tally(c10::ArrayRef<FusibleOp*> ops, bool blockedLists) {
   Stats& st = stats();
   std::lock_guard<std::mutex> lk(st.mu);
   st.s.passes++;
+  st.s.blockedListPasses += blockedLists ? 1 : 0;
   st.s.ops += static_cast<int64_t>(ops.size());
   for (const FusibleOp* op : ops) st.s.byOp[op->name]++;
 }
@@ -163,7 +164,8 @@ bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
 // A list pass: every op on list index j, then index j + 1 (when every
 // tensor is small, the indices shared among the threads); each op computes
 // what it would alone, with the same per-tensor kernel.
-void runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
+// (Returns whether it walked the indices in blocks.)
+bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
   const int64_t length = ops[0]->listLength;
   bool small = true;
   for (const FusibleOp* op : ops) small = small && op->smallLists;
@@ -182,8 +184,32 @@ void runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
       j = next;
     }
   };
-  if (small) at::parallel_for(0, length, 1, steps);
-  else steps(0, length);  // each op splits its own large tensors
+  if (small) {
+    at::parallel_for(0, length, 1, steps);
+    return false;
+  }
+  const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
+  if (indexwiseElementwise(held)) {
+    // Large tensors: index by index, every op on a block of elements
+    // before the next block, so an optimizer step's ops meet a parameter's
+    // tensors in cache instead of streaming each from memory once per op.
+    // The elements split among the threads as each op splits them alone
+    // (runChunk's blocks).
+    for (int64_t j = 0; j < length && !failure.any.load(); ++j) {
+      at::parallel_for(0, sizes[j], at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+        for (int64_t lo = begin; lo < end; lo += kBlock) {
+          const int64_t hi = std::min(end, lo + kBlock);
+          for (size_t k = 0; k < ops.size(); ++k) {
+            if (failure.any.load(std::memory_order_relaxed)) return;
+            if (!failure.attempt(k, [&] { ops[k]->runListElements(j, lo, hi); })) return;
+          }
+        }
+      });
+    }
+    return true;
+  }
+  steps(0, length);  // each op splits its own large tensors
+  return false;
 }
 
 nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_t* failed) {
@@ -224,12 +250,13 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
   applyComputeThreads();
   detail::CollectWarnings collected;
   Failure failure;
+  bool blockedLists = false;
   {
     c10::WarningUtils::WarningHandlerGuard warningGuard(&collected);
     const bool outer = inQueuedWork();
     setInQueuedWork(true);
     if (lists) {
-      runLists(ops, failure);
+      blockedLists = runLists(ops, failure);
     } else if (spread) {
       at::parallel_for(0, static_cast<int64_t>(ops.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) runChunk({ops[k]}, 0, ops[k]->numel, failure, k);
@@ -241,7 +268,7 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
     }
     setInQueuedWork(outer);
   }
-  tally(ops);
+  tally(ops, blockedLists);
   const char* first = ops[0]->name;  // interned: outlives the op
   // Buried closures are freed by the host's next launch: no op is touched after this.
   for (size_t k = 0; k < ops.size(); ++k) detail::buryClosure(closureOf(args[k]));
@@ -273,6 +300,27 @@ bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
       const auto& x = *spans[a];
       const auto& y = *spans[b];
       if ((x.write || y.write) && (x.index != y.index || x.index < 0)) return false;
+    }
+  }
+  return true;
+}
+
+bool indexwiseElementwise(c10::ArrayRef<const FusibleOp*> ops) {
+  for (const FusibleOp* op : ops)
+    if (!op->elementwiseLists || op->indexNumel != ops[0]->indexNumel) return false;
+  std::vector<const FusibleOp::IndexSpan*> spans;
+  for (const FusibleOp* op : ops)
+    for (const auto& s : op->indexSpans)
+      if (s.range.bytes != 0) spans.push_back(&s);
+  std::sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {
+    return a->range.ptr < b->range.ptr;
+  });
+  for (size_t a = 0; a < spans.size(); ++a) {
+    const char* endA = static_cast<const char*>(spans[a]->range.ptr) + spans[a]->range.bytes;
+    for (size_t b = a + 1; b < spans.size() && spans[b]->range.ptr < endA; ++b) {
+      const auto& x = *spans[a];
+      const auto& y = *spans[b];
+      if ((x.write || y.write) && !sameRange(x.range, y.range)) return false;
     }
   }
   return true;

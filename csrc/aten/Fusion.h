@@ -75,7 +75,21 @@ class FusibleOp {
   virtual void runList(int64_t /*begin*/, int64_t /*end*/) {
     TORCH_INTERNAL_ASSERT(false, name, " is elementwise: it has no list range");
   }
+  // A foreach op whose tensors at each index are contiguous and of one
+  // shape (its other tensors 0-dim): it may run on elements [begin, end) of
+  // one index's tensors (runListElements), so a pass can walk a large
+  // parameter in cache-sized blocks with every op of an optimizer step.
+  bool elementwiseLists = false;
+  virtual void runListElements(int64_t /*index*/, int64_t /*begin*/, int64_t /*end*/) {
+    TORCH_INTERNAL_ASSERT(false, name, " has no element ranges of its list indices");
+  }
 };
+
+// Whether list ops `ops` (indexwiseIndependent) may run each index block by
+// block: every op is elementwiseLists over the same number of elements at
+// each index, and memory one op writes at an index is touched at that index
+// only as the very same range (element i is then element i for every op).
+bool indexwiseElementwise(c10::ArrayRef<const FusibleOp*> ops);
 
 // Whether list ops `ops` may run index by index in any order of the indices
 // (and the ops of one index in their order): nothing one index writes is
@@ -106,6 +120,7 @@ void launchFusible(const NeuronStream& stream, const WorkDesc& work, std::unique
 struct FusionStats {
   int64_t passes = 0;
   int64_t ops = 0;
+  int64_t blockedListPasses = 0;  // list passes that walked each index in blocks
   std::map<std::string, int64_t> byOp;
 };
 FusionStats fusionStats();

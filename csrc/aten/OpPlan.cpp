@@ -101,6 +101,25 @@ PlanCache& planCache() {
   return *cache;
 }
 
+// "aten::_foreach_sqrt.out(Tensor[] self, *, Tensor(a!)[] out) -> ()" gives
+// "aten::sqrt.out(Tensor self, *, Tensor(a!) out)"; other schemas nothing.
+std::optional<c10::OperatorHandle> perTensorOutOf(const c10::FunctionSchema& s) {
+  const std::string prefix = "aten::_foreach_";
+  const auto& args = s.arguments();
+  if (s.overload_name() != "out" || s.name().rfind(prefix, 0) != 0 || args.size() != 2 ||
+      !s.returns().empty() || args[0].type()->str() != "Tensor[]" ||
+      args[1].type()->str() != "Tensor[]" || !args[1].kwarg_only())
+    return std::nullopt;
+  auto one = c10::Dispatcher::singleton().findSchema(
+      {"aten::" + s.name().substr(prefix.size()), "out"});
+  if (!one) return std::nullopt;
+  const auto& oneArgs = one->schema().arguments();
+  if (oneArgs.size() != 2 || oneArgs[0].type()->str() != "Tensor" ||
+      oneArgs[1].type()->str() != "Tensor" || !oneArgs[1].kwarg_only())
+    return std::nullopt;
+  return *one;
+}
+
 }  // namespace
 
 Plan* planFor(const c10::OperatorHandle& op) {
@@ -115,6 +134,7 @@ Plan* planFor(const c10::OperatorHandle& op) {
     makePlan(op, *plan);
     plan->fusible = fusibleOpName(plan->name);
     plan->listSplit = fusibleForeachName(plan->name);
+    if (plan->listSplit) plan->perTensorOut = perTensorOutOf(op.schema());
   }
   local.emplace(op, plan);
   return plan;

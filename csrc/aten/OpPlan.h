@@ -34,6 +34,11 @@ struct Plan {
   bool fusible = false;
   // A foreach op over such an op: its lists may be shared among threads (Foreach.cpp).
   bool listSplit = false;
+  // For a unary foreach op's .out form (_foreach_sqrt.out): the per-tensor
+  // op's out= form (sqrt.out). CPU's foreach .out kernel computes fresh
+  // results and copies them into place; one index of it is the per-tensor
+  // kernel writing in place, with the same values and one pass less.
+  std::optional<c10::OperatorHandle> perTensorOut;
 };
 
 // The plan of `op`: made on first use, never freed (a thread-local map then

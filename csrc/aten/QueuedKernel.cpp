@@ -84,6 +84,18 @@ bool Kernel::run() const {
   return true;
 }
 
+namespace {
+// Whether `r` is contiguous (dimensions of length 1 aside).
+bool denseRowMajor(const TensorRef& r) {
+  int64_t expected = 1;
+  for (size_t d = r.sizes.size(); d-- > 0;) {
+    if (r.sizes[d] != 1 && r.strides[d] != expected) return false;
+    expected *= r.sizes[d];
+  }
+  return true;
+}
+}  // namespace
+
 int64_t Kernel::fusibleNumel() const {
   c10::SmallVector<int64_t, 5> shape;
   bool any = false;
@@ -95,12 +107,7 @@ int64_t Kernel::fusibleNumel() const {
     } else if (r.sizes != shape) {
       return false;
     }
-    int64_t expected = 1;
-    for (size_t d = r.sizes.size(); d-- > 0;) {
-      if (r.sizes[d] != 1 && r.strides[d] != expected) return false;
-      expected *= r.sizes[d];
-    }
-    return true;
+    return denseRowMajor(r);
   };
   for (const ArgSlot& slot : slots) {
     if (slot.kind == ArgSlot::kTensor && slot.tensors[0]) {
@@ -173,6 +180,66 @@ int64_t Kernel::listLength(bool* small) const {
     else if (len != n) return 0;
   }
   return len > 0 ? len : 0;
+}
+
+bool Kernel::listsElementwise() const {
+  std::vector<const TensorRef*> first;  // the first list's tensor at each index
+  for (const ArgSlot& slot : slots) {
+    if (slot.kind == ArgSlot::kTensorList) {
+      if (first.empty()) {
+        for (const auto& ref : slot.tensors) first.push_back(ref ? &*ref : nullptr);
+      }
+      if (slot.tensors.size() != first.size()) return false;
+      for (size_t j = 0; j < slot.tensors.size(); ++j) {
+        const auto& ref = slot.tensors[j];
+        if (!ref || !first[j] || ref->sizes != first[j]->sizes || !denseRowMajor(*ref))
+          return false;
+      }
+    } else if (slot.kind == ArgSlot::kTensor) {
+      if (slot.tensors[0] && !slot.tensors[0]->sizes.empty()) return false;
+    } else if (slot.kind != ArgSlot::kValue) {
+      return false;
+    } else if (slot.value.isTensor() && slot.value.toTensor().defined() &&
+               slot.value.toTensor().dim() != 0) {
+      return false;  // a CPU tensor read whole (a tensor of per-index scalars)
+    }
+  }
+  return !first.empty();
+}
+
+void Kernel::runListElements(int64_t index, int64_t begin, int64_t end) const {
+  at::AutoDispatchBelowADInplaceOrView below;
+  torch::jit::Stack s;
+  s.reserve(slots.size());
+  CpuStorages storages;
+  auto piece = [&](const TensorRef& r) {
+    at::Tensor t = r.cpu(storages);
+    const int64_t size = end - begin, stride = 1;
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(&size, 1),
+                                                   c10::IntArrayRef(&stride, 1), r.offset + begin);
+    return t;
+  };
+  if (plan->perTensorOut) {  // (self, out): the per-tensor kernel writes in place
+    s.emplace_back(piece(*slots[0].tensors[index]));
+    s.emplace_back(piece(*slots[1].tensors[index]));
+    plan->perTensorOut->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    return;
+  }
+  for (const ArgSlot& slot : slots) {
+    if (slot.kind == ArgSlot::kTensorList) {
+      c10::List<at::Tensor> part;
+      part.push_back(piece(*slot.tensors[index]));
+      s.emplace_back(std::move(part));
+    } else if (slot.kind == ArgSlot::kValue && slot.value.isList()) {
+      const c10::impl::GenericList full = slot.value.toList();
+      c10::impl::GenericList part(full.elementType());
+      part.push_back(full.get(index));
+      s.emplace_back(std::move(part));
+    } else {
+      s.push_back(rebuild(slot, storages));
+    }
+  }
+  target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
 }
 
 void Kernel::runListRange(int64_t begin, int64_t end) const {

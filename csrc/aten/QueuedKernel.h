@@ -56,6 +56,14 @@ struct Kernel {
 
   // The kernel on elements [begin, end) of its lists.
   void runListRange(int64_t begin, int64_t end) const;
+  // Whether, at every list index, the listed tensors are contiguous and of
+  // one shape, and every other tensor argument is 0-dim: then an index's op
+  // computes element i of its tensors from element i of the others, and
+  // runListElements may split it.
+  bool listsElementwise() const;
+  // The kernel on list index `index` alone, on elements [begin, end) of its
+  // tensors there (see listsElementwise).
+  void runListElements(int64_t index, int64_t begin, int64_t end) const;
 
   // Whether CPU's functional kernel gives its fresh results the layouts the
   // Meta pass gave (a result's strides steer the kernels that read it: a

@@ -259,6 +259,7 @@ PYBIND11_MODULE(_C, m) {
     d["passes"] = st.passes;
     d["ops"] = st.ops;
     d["by_op"] = ops;
+    d["blocked_list_passes"] = st.blockedListPasses;
     return d;
   });
   registerMemoryBindings(m);  // MemoryBindings.cpp
