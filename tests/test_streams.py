@@ -183,3 +183,47 @@ def test_module_level_stream_helpers():
     torch.neuron.current_stream().synchronize()  # (the wait itself was queued after ev)
     assert torch.neuron.query()
     assert_same(y, torch.full((8,), 4.0))
+
+
+QUEUE_PROGRAM = """
+import time, torch, torchneuron
+x = torch.zeros(64, device="neuron")
+for _ in range(10):
+    x.add_(1)  # the first calls of a kind run inline; these are queued
+torch.neuron.synchronize()
+torch.neuron.set_sync_debug_mode("error")  # a full queue is not a synchronizing call
+torchneuron.clear_op_tracking()
+torch.neuron._sleep(300_000)  # the stream is busy for 300 ms
+start = time.perf_counter()
+for _ in range(3000):
+    x.add_(1)
+print("host_s", time.perf_counter() - start)
+print("waits", torchneuron.host_wait_counts())
+torch.neuron.set_sync_debug_mode("default")
+print("value", x[0].item())
+"""
+
+
+@requires_async
+def test_a_full_launch_queue_makes_the_host_wait_and_loses_nothing():
+    # As a CUDA launch waits while the launch queue is full: past
+    # NEURON_RT_QUEUE_DEPTH queued items a launch waits until half have run,
+    # so a loop that never synchronizes cannot grow host memory without bound.
+    import ast
+    from conftest import run_python
+
+    def run(env):
+        r = run_python(QUEUE_PROGRAM, env=env)
+        assert r.returncode == 0, r.stderr
+        out = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+        return float(out["host_s"]), ast.literal_eval(out["waits"]), float(out["value"])
+
+    host_s, waits, value = run({"NEURON_RT_QUEUE_DEPTH": "512"})
+    assert value == 3010.0
+    assert waits.get("launch_queue", 0) >= 1, waits
+    assert host_s > 0.15, host_s  # it waited for the sleeping kernel
+    # The default depth (16384) holds all 3000: the host only queued.
+    host_s, waits, value = run({})
+    assert value == 3010.0
+    assert "launch_queue" not in waits, waits
+    assert host_s < 0.15, host_s

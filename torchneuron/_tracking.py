@@ -84,7 +84,10 @@ def get_host_waits() -> list[dict]:
     ``copy_to_host``, ``copy_from_host`` (a blocking upload), ``data_dependent``
     (an op whose output shape depends on data), ``sync_path`` (an op without an
     asynchronous kernel), ``verification`` (the first call of an argument kind),
-    ``allocator`` or ``other``; ``op`` names what waited; ``stack`` is the Python
+    ``allocator``, ``launch_queue`` (a launch found its stream holding
+    ``NEURON_RT_QUEUE_DEPTH`` queued items, and waited for half of them, as a
+    CUDA launch waits for a full launch queue; recorded, never flagged by the
+    sync debug mode) or ``other``; ``op`` names what waited; ``stack`` is the Python
     stack as ``(filename, line, function)`` tuples, innermost last.
     """
     return list(_C._host_waits())

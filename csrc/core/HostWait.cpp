@@ -40,6 +40,7 @@ const char* waitCauseName(WaitCause cause) {
     case WaitCause::SyncPath: return "sync_path";
     case WaitCause::Verification: return "verification";
     case WaitCause::Allocator: return "allocator";
+    case WaitCause::LaunchQueue: return "launch_queue";
     case WaitCause::Other:
     case WaitCause::kCount: break;
   }

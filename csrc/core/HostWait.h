@@ -30,6 +30,7 @@ enum class WaitCause : int {
   SyncPath,          // an op without an asynchronous kernel (synchronous generic path)
   Verification,      // first call of an argument kind, checked inline
   Allocator,         // the allocator waited to free memory (OOM retry, empty_cache)
+  LaunchQueue,       // a launch found its stream's queue full (NEURON_RT_QUEUE_DEPTH)
   Other,
   kCount
 };

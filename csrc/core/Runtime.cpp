@@ -1,5 +1,7 @@
 #include "core/Runtime.h"
 
+#include "core/HostWait.h"
+
 #include <c10/util/Exception.h>
 
 #include <pthread.h>
@@ -97,6 +99,19 @@ const DeviceCountCache& deviceCountCache() {
   return cache;
 }
 
+// A launch is about to wait for its stream's full queue (runtime.h): the
+// wait is recorded, without a Python stack (the launching code may hold a
+// lock a GIL holder waits for) and so never flagged by the sync debug mode,
+// as CUDA's does not flag a full launch queue.
+void onLaunchThrottle(nrtStream_t) {
+  try {
+    noteHostWait(WaitCause::LaunchQueue, "launch (the stream holds NEURON_RT_QUEUE_DEPTH items)",
+                 /*withStack=*/false);
+  } catch (...) {
+    // A hook called from the runtime must not throw; the count is what matters.
+  }
+}
+
 }  // namespace
 
 c10::DeviceIndex deviceCount() noexcept {
@@ -117,7 +132,10 @@ void lazyInit() {
   if (g_initialized.load(std::memory_order_acquire)) {
     return;
   }
-  std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, onForkChild); });
+  std::call_once(g_atfork_once, [] {
+    pthread_atfork(nullptr, nullptr, onForkChild);
+    (void)nrtSetLaunchThrottleHook(&onLaunchThrottle);
+  });
   const auto& cache = deviceCountCache();
   TORCH_CHECK(cache.ok, "neuron runtime failed to initialise: ", cache.error,
               ". Check the NEURON_RT_* environment variables.");
@@ -140,6 +158,7 @@ void drainDevicesAtExit() noexcept {
   // Idle workers stop releasing compute teams (ComputeThreads.cpp): that
   // too is host-library code, which must not run during the teardown.
   (void)nrtSetWorkerIdleHook(nullptr);
+  (void)nrtSetLaunchThrottleHook(nullptr);
   for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
     // A kernel failure nobody synchronized for is not an exit error (as on
     // CUDA); it was reported to no one and is dropped here.

@@ -119,6 +119,10 @@ Config readConfig() {
     if (parseInt(s, 1, kMaxComputeThreads, &v)) c.computeThreads = static_cast<int>(v);
     else bad("NEURON_RT_COMPUTE_THREADS", range(1, kMaxComputeThreads));
   }
+  if (const char* s = env("NEURON_RT_QUEUE_DEPTH")) {
+    if (parseInt(s, kMinQueueDepth, kMaxQueueDepth, &v)) c.queueDepth = v;
+    else bad("NEURON_RT_QUEUE_DEPTH", range(kMinQueueDepth, kMaxQueueDepth));
+  }
   if (const char* s = env("NEURON_LAUNCH_BLOCKING")) {
     std::string t(s);
     if (t == "1") c.launchBlocking = true;

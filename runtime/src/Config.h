@@ -20,6 +20,10 @@ constexpr size_t kMinMemoryPerCore = size_t(64) << 20;  // 64M
 constexpr size_t kMaxMemoryPerCore = size_t(1) << 40;   // 1T
 constexpr int kMaxExecutorThreads = 64;
 constexpr int kMaxComputeThreads = 1024;
+// Work items a stream may hold queued before a launch waits: each costs host
+// memory (its task and arguments) until it runs.
+constexpr long kMinQueueDepth = 64;
+constexpr long kMaxQueueDepth = long(1) << 24;
 
 struct Config {
   int numCores = 2;
@@ -27,6 +31,7 @@ struct Config {
   size_t memoryPerCore = size_t(8) << 30;
   int executorThreads = 2;
   int computeThreads = 1;
+  long queueDepth = 16384;  // per stream (NEURON_RT_QUEUE_DEPTH)
   bool launchBlocking = false;
   // Every thread's current device until it sets one: LOCAL_RANK under a
   // launcher (modulo the visible devices), else 0.

@@ -42,6 +42,7 @@ bool spinUntil(Pred pred) {
 }  // namespace
 
 namespace {
+std::atomic<nrtLaunchThrottleFn> gThrottleHook{nullptr};
 std::atomic<nrtWorkerIdleFn> gIdleHook{nullptr};
 std::atomic<int> gIdleHookCalls{0};  // calls in progress
 }  // namespace
@@ -53,6 +54,8 @@ void setWorkerIdleHook(nrtWorkerIdleFn fn) {
   // counted here; one that begins after it loads null.
   while (gIdleHookCalls.load() != 0) std::this_thread::yield();
 }
+
+void setLaunchThrottleHook(nrtLaunchThrottleFn fn) { gThrottleHook.store(fn); }
 
 bool runWorkerIdleHook() {
   gIdleHookCalls.fetch_add(1);
@@ -149,7 +152,8 @@ KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t*
                    " (in a fused pass of " + std::to_string(done) + " items)");
 }
 
-Executor::Executor(int device, int threads) : device_(device), threads_(threads) {
+Executor::Executor(int device, int threads, long queueDepth)
+    : device_(device), threads_(threads), queueDepth_(static_cast<uint64_t>(queueDepth)) {
   // The host thread (enqueue) and the workers (pop, complete) take mu_ for
   // a few instructions several times per task: contended, a plain mutex
   // sends the loser to sleep in the kernel (a futex round trip each way). An
@@ -271,6 +275,15 @@ void Executor::enqueue(Stream* s, Task&& t) {
   if (s->scheduled.load()) return;
   std::lock_guard<std::mutex> lk(mu_);
   if (s->state == Stream::kIdle) makeReadyLocked(s);
+}
+
+void Executor::throttle(Stream* s) {
+  const uint64_t launched = s->enqueued.load(std::memory_order_relaxed);
+  if (launched % kThrottleEvery != 0 || currentKernel() != nullptr) return;
+  if (launched - s->completed.load(std::memory_order_acquire) <= queueDepth_) return;
+  nrtLaunchThrottleFn hook = gThrottleHook.load();
+  if (hook) hook(s->handle);
+  waitFor(s, launched - queueDepth_ / 2);
 }
 
 void Executor::resume(Stream* s) {
@@ -450,8 +463,9 @@ bool Executor::idle(Stream* s) {
   return s->completed.load() >= launched;
 }
 
-void Executor::wait(Stream* s) {
-  const uint64_t target = s->enqueued.load();
+void Executor::wait(Stream* s) { waitFor(s, s->enqueued.load()); }
+
+void Executor::waitFor(Stream* s, uint64_t target) {
   if (spinUntil([&] { return s->completed.load(std::memory_order_acquire) >= target; })) return;
   std::unique_lock<std::mutex> lk(mu_);
   doneWaiters_.fetch_add(1);  // seq_cst: pairs with the worker's increment of completed

@@ -27,7 +27,7 @@ class Executor {
   static constexpr int kLevels = 3;  // priorities 0, -1, -2
   static constexpr size_t kBatch = 32;  // tasks a worker takes before it looks at other streams
 
-  Executor(int device, int threads);
+  Executor(int device, int threads, long queueDepth);
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
@@ -41,6 +41,16 @@ class Executor {
 
   void enqueue(Stream* s, Task&& t);
 
+  // A launching host thread waits here while s holds more than queueDepth
+  // items, until half of them have run (as a CUDA launch blocks while the
+  // launch queue is full): a host that never synchronizes would otherwise
+  // queue without bound, each item holding host memory until it runs.
+  // Looks at the stream every kThrottleEvery launches only (reading the
+  // workers' count moves a cache line between the cores). Never waits on a
+  // worker thread (a kernel that launches) or with NEURON_LAUNCH_BLOCKING.
+  static constexpr uint64_t kThrottleEvery = 64;
+  void throttle(Stream* s);
+
   // Resumes a parked stream (called when the event it waits for completes).
   void resume(Stream* s);
 
@@ -49,6 +59,8 @@ class Executor {
 
   // Blocks until everything queued on s so far has run.
   void wait(Stream* s);
+  // Blocks until s has run `target` items in all.
+  void waitFor(Stream* s, uint64_t target);
 
   // Takes s's unreported kernel failure, if any, and reports it once.
   nrtStatus takeError(Stream* s);
@@ -85,6 +97,7 @@ class Executor {
 
   const int device_;
   const int threads_;
+  const uint64_t queueDepth_;
   std::mutex mu_;
   std::condition_variable workCv_;  // workers sleep here
   std::condition_variable doneCv_;  // host threads waiting for completion
@@ -106,6 +119,10 @@ struct KernelContext {
   bool messageSet = false;
 };
 KernelContext*& currentKernel();
+
+// The hook a host thread runs before a full queue makes it wait
+// (nrtSetLaunchThrottleHook).
+void setLaunchThrottleHook(nrtLaunchThrottleFn fn);
 
 // The hook a worker runs before it sleeps (nrtSetWorkerIdleHook). Setting
 // null returns once no call of the old hook is running.

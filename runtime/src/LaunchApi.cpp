@@ -49,6 +49,12 @@ nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn
     return failure ? failure->reportOnce() : NRT_SUCCESS;
   }
   s->executor->enqueue(s, std::move(t));
+  s->executor->throttle(s);
+  return NRT_SUCCESS;
+}
+
+nrtStatus nrtSetLaunchThrottleHook(nrtLaunchThrottleFn fn) {
+  setLaunchThrottleHook(fn);
   return NRT_SUCCESS;
 }
 

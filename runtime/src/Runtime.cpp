@@ -78,7 +78,8 @@ nrtStatus Runtime::start() {
     d.index = static_cast<int>(i);
     d.physicalCore = config_.visibleCores[i];
     d.arena = std::make_unique<Arena>(config_.memoryPerCore);
-    d.executor = std::make_unique<Executor>(d.index, config_.executorThreads);
+    d.executor =
+        std::make_unique<Executor>(d.index, config_.executorThreads, config_.queueDepth);
     if (!d.arena->ok() || !d.executor->start()) {
       startError_ = "the host refused the memory reservation or threads for device " +
                     std::to_string(i) +

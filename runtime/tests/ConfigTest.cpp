@@ -121,6 +121,9 @@ TEST(Config, OutOfRangeValuesAreErrors) {
     expectInvalid("NEURON_RT_EXECUTOR_THREADS", v, "from 1 to 64");
   for (const char* v : {"0", "1025"})
     expectInvalid("NEURON_RT_COMPUTE_THREADS", v, "from 1 to 1024");
+  for (const char* v : {"0", "63", "16777217", "8K"})
+    expectInvalid("NEURON_RT_QUEUE_DEPTH", v, "from 64 to 16777216");
+  expectValid("NEURON_RT_QUEUE_DEPTH", "64");
   {
     ScopedEnv e("NEURON_RT_NUM_CORES", "64");
     nrt::Config c = nrt::readConfig();

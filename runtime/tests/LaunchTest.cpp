@@ -134,6 +134,60 @@ TEST(Launch, RemovingTheIdleHookWaitsForARunningCall) {
   EXPECT_EQ(gSlowHookState.load(), 2);
 }
 
+namespace {
+std::atomic<bool> gGateOpen{false};
+std::atomic<int> gThrottles{0};
+std::atomic<long> gRan{0};
+nrtStatus gateKernel(void*) {
+  while (!gGateOpen.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  return NRT_SUCCESS;
+}
+nrtStatus countKernel(void*) {
+  gRan.fetch_add(1);
+  return NRT_SUCCESS;
+}
+void onThrottle(nrtStream_t) { gThrottles.fetch_add(1); }
+}  // namespace
+
+// A host that never synchronizes cannot queue without bound: past the queue
+// depth (16384 by default) a launch waits for the stream to run half of its
+// items, after telling the hook; then it goes on, and everything runs.
+TEST(Launch, AFullQueueMakesTheLaunchWait) {
+  if (launchBlocking()) GTEST_SKIP() << "blocking mode queues nothing";
+  constexpr long kDepth = 16384, kLaunches = 3 * kDepth;
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  gGateOpen.store(false);
+  gThrottles.store(0);
+  gRan.store(0);
+  NRT_OK(nrtSetLaunchThrottleHook(onThrottle));
+  // Opens the gate once the launching thread waits (or after 10 s, so that a
+  // launch that never waits fails the test instead of hanging it).
+  std::atomic<long> launchedWhenThrottled{-1};
+  std::atomic<long> launched{0};
+  std::thread opener([&] {
+    for (int i = 0; i < 10000 && gThrottles.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    launchedWhenThrottled.store(launched.load());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gGateOpen.store(true);
+  });
+  NRT_OK(nrtLaunchKernel(s, "gate", gateKernel, nullptr, 0));
+  for (long i = 0; i < kLaunches; ++i) {
+    NRT_OK(nrtLaunchKernel(s, "count", countKernel, nullptr, 0));
+    launched.store(i + 1);
+  }
+  opener.join();
+  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(nrtSetLaunchThrottleHook(nullptr));
+  EXPECT_GE(gThrottles.load(), 1);
+  // It waited at the first look past the depth (looks are 64 launches apart).
+  EXPECT_GE(launchedWhenThrottled.load(), kDepth - 64);
+  EXPECT_LE(launchedWhenThrottled.load(), kDepth + 64);
+  EXPECT_EQ(gRan.load(), kLaunches);
+  NRT_OK(nrtStreamDestroy(s));
+}
+
 TEST(Launch, ArgumentsAreCopiedAtLaunch) {
   nrtStream_t s = defaultStream(1);
   int sum = 0;

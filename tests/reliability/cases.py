@@ -608,5 +608,6 @@ ENV_CASES = [
     ("NEURON_RT_EXECUTOR_THREADS", "0", "bad"),
     ("NEURON_RT_EXECUTOR_THREADS", "100000", "bad"),
     ("NEURON_RT_COMPUTE_THREADS", "0", "bad"),
+    ("NEURON_RT_QUEUE_DEPTH", "10", "bad"),
     ("NEURON_LAUNCH_BLOCKING", "2", "bad"),
 ]

@@ -25,6 +25,9 @@
  *                              K/M/G/T suffix, 64M to 1T (default 8G)
  *   NEURON_RT_EXECUTOR_THREADS worker threads per core executing streams,
  *                              1 to 64 (default 2)
+ *   NEURON_RT_QUEUE_DEPTH      work items a stream holds queued before a
+ *                              launch on it waits for the stream to run
+ *                              half of them, 64 to 16777216 (default 16384)
  *   NEURON_RT_COMPUTE_THREADS  threads a kernel may use for compute, reported
  *                              in the device properties, 1 to 1024 (default:
  *                              host cores)
@@ -337,6 +340,16 @@ NRT_API nrtStream_t nrtKernelCurrentStream(void);
  * anything is torn down). fn must not wait for device work. Never fails. */
 typedef void (*nrtWorkerIdleFn)(void);
 NRT_API nrtStatus nrtSetWorkerIdleHook(nrtWorkerIdleFn fn);
+
+/* A stream holds at most NEURON_RT_QUEUE_DEPTH queued work items: a host
+ * thread whose nrtLaunchWork finds it fuller than that (looked at every 64
+ * launches) waits until half of them have run, as a CUDA launch blocks while
+ * the launch queue is full. Before it waits it calls this hook (one per
+ * process; NULL removes it) with the stream, so that the layer above can
+ * record the wait. fn must not launch work or wait for device work. Kernels
+ * that launch (on a worker thread) never wait. Never fails. */
+typedef void (*nrtLaunchThrottleFn)(nrtStream_t stream);
+NRT_API nrtStatus nrtSetLaunchThrottleHook(nrtLaunchThrottleFn fn);
 
 /* ------------------------------------------------------------------------ */
 /* Work records                                                              */
