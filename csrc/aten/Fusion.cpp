@@ -283,10 +283,11 @@ nrtFuser gFuser{&runPass};
 
 }  // namespace
 
-bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
-  // Every span of every op, by address; a pair that overlaps conflicts when
-  // one of them writes and they belong to different indices (or one to
-  // every index).
+namespace {
+// Whether no two overlapping index spans of `ops`, one of them written,
+// make `conflict(x, y)` true (spans swept by address).
+template <class Conflict>
+bool noConflictingOverlap(c10::ArrayRef<const FusibleOp*> ops, Conflict conflict) {
   std::vector<const FusibleOp::IndexSpan*> spans;
   for (const FusibleOp* op : ops)
     for (const auto& s : op->indexSpans)
@@ -299,31 +300,26 @@ bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
     for (size_t b = a + 1; b < spans.size() && spans[b]->range.ptr < endA; ++b) {
       const auto& x = *spans[a];
       const auto& y = *spans[b];
-      if ((x.write || y.write) && (x.index != y.index || x.index < 0)) return false;
+      if ((x.write || y.write) && conflict(x, y)) return false;
     }
   }
   return true;
+}
+}  // namespace
+
+bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
+  // Written memory may be touched only by its own index (a span of every
+  // index, index -1, belongs to all of them).
+  return noConflictingOverlap(ops, [](const auto& x, const auto& y) {
+    return x.index != y.index || x.index < 0;
+  });
 }
 
 bool indexwiseElementwise(c10::ArrayRef<const FusibleOp*> ops) {
   for (const FusibleOp* op : ops)
     if (!op->elementwiseLists || op->indexNumel != ops[0]->indexNumel) return false;
-  std::vector<const FusibleOp::IndexSpan*> spans;
-  for (const FusibleOp* op : ops)
-    for (const auto& s : op->indexSpans)
-      if (s.range.bytes != 0) spans.push_back(&s);
-  std::sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {
-    return a->range.ptr < b->range.ptr;
-  });
-  for (size_t a = 0; a < spans.size(); ++a) {
-    const char* endA = static_cast<const char*>(spans[a]->range.ptr) + spans[a]->range.bytes;
-    for (size_t b = a + 1; b < spans.size() && spans[b]->range.ptr < endA; ++b) {
-      const auto& x = *spans[a];
-      const auto& y = *spans[b];
-      if ((x.write || y.write) && !sameRange(x.range, y.range)) return false;
-    }
-  }
-  return true;
+  return noConflictingOverlap(
+      ops, [](const auto& x, const auto& y) { return !sameRange(x.range, y.range); });
 }
 
 bool fusibleOpName(const std::string& name) {
