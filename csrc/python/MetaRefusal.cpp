@@ -17,14 +17,18 @@ namespace {
 bool isRefusalType(PyObject* type) {
   if (type == nullptr) return true;  // nothing to look at: keep the old, safe answer
   if (PyErr_GivenExceptionMatches(type, PyExc_NotImplementedError)) return true;
-  static PyObject* refusals = [] {
-    py::module_ fake = py::module_::import("torch._subclasses.fake_tensor");
-    py::tuple types = py::make_tuple(fake.attr("DataDependentOutputException"),
-                                     fake.attr("DynamicOutputShapeException"),
-                                     fake.attr("UnsupportedOperatorException"));
-    return types.release().ptr();  // kept for the process's life
+  static PyObject* refusals = []() -> PyObject* {
+    try {
+      py::module_ fake = py::module_::import("torch._subclasses.fake_tensor");
+      py::tuple types = py::make_tuple(fake.attr("DataDependentOutputException"),
+                                       fake.attr("DynamicOutputShapeException"),
+                                       fake.attr("UnsupportedOperatorException"));
+      return types.release().ptr();  // kept for the process's life
+    } catch (const py::error_already_set&) {
+      return nullptr;  // (a torch without them: NotImplementedError alone refuses)
+    }
   }();
-  return PyErr_GivenExceptionMatches(type, refusals) != 0;
+  return refusals != nullptr && PyErr_GivenExceptionMatches(type, refusals) != 0;
 }
 
 bool pythonMetaRefused(std::exception_ptr error) {
