@@ -97,6 +97,39 @@ def train(device, opt, sched, loss_at, steps, warmup, amp=None):
     return statistics.median(times) * 1e3, losses
 
 
+HOLD_US = 200_000
+
+
+def plain_step(loss_at, opt, amp):
+    """A neuron training step without timing or synchronization (device_only_ms)."""
+    def step(i):
+        with torch.autocast("neuron", dtype=amp or torch.bfloat16, enabled=amp is not None):
+            loss = loss_at(i)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def device_only_ms(step, repeats=5):
+    """The device's time for one step with the host idle beside it: the step
+    is issued behind a kernel that sleeps HOLD_US, so all of it is queued
+    before the device starts; the time to synchronize less the sleep. Against
+    CPU eager's whole step it shows how far the kernels alone allow neuron to
+    go (the training steps here are kernel-bound). It can read above the
+    overlapped step for short steps (the tiny Llama): the compute threads
+    go to sleep during the hold and the queued work starts on them cold."""
+    times = []
+    for i in range(repeats):
+        torch.neuron.synchronize()
+        torch.neuron._sleep(HOLD_US)
+        start = time.perf_counter()
+        step(i)
+        torch.neuron.synchronize()
+        times.append(time.perf_counter() - start - HOLD_US / 1e6)
+    return statistics.median(times) * 1e3
+
+
 def step_time(device, data, vocab, args):
     torch.manual_seed(0)
     model = GPT(vocab, args.block).to(device)
@@ -106,6 +139,9 @@ def step_time(device, data, vocab, args):
     ms, losses = train(device, opt, sched, lambda i: model(*batch_list[i])[1],
                        args.warmup + args.steps, args.warmup, AMP[args.amp])
     params = [p.detach().cpu() for p in model.parameters()]
+    if device == "neuron":
+        DEVICE_ONLY.append(device_only_ms(
+            plain_step(lambda i: model(*batch_list[i % len(batch_list)])[1], opt, AMP[args.amp])))
     return ms, [l.item() for l in losses], params
 
 
@@ -123,6 +159,9 @@ def model_step_time(name, device, args):
     ms, losses = train(device, opt, sched, lambda i: loss_fn(model, batch),
                        args.warmup + args.steps, args.warmup, AMP[args.amp])
     params = [p.detach().cpu() for p in model.parameters()]
+    if device == "neuron":
+        DEVICE_ONLY.append(device_only_ms(
+            plain_step(lambda i: loss_fn(model, batch), opt, AMP[args.amp])))
     return ms, [l.item() for l in losses], params
 
 
@@ -142,13 +181,20 @@ def bitwise_same(runs):
         torch.equal(a, b) for a, b in zip(runs["cpu"][1], runs["neuron"][1]))
 
 
+# Device-only step times (device_only_ms) of the neuron runs since the last report.
+DEVICE_ONLY = []
+
+
 def report(what, res, runs, args):
     c, n = statistics.median(res["cpu"]), statistics.median(res["neuron"])
+    d = statistics.median(DEVICE_ONLY)
+    DEVICE_ONLY.clear()
     amp = "" if args.amp == "none" else f", {args.amp} autocast"
     print(f"{what}{amp} (median of {args.repeats}x{args.steps} steps): cpu {c:.2f} ms  "
           f"neuron {n:.2f} ms  throughput neuron / cpu {c / n:.2f}x  losses and parameters "
           f"bitwise equal: {bitwise_same(runs)}  "
-          f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores)")
+          f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores); "
+          f"device-only step (host idle, the step queued behind a sleeping kernel) {d:.2f} ms")
 
 
 def main():
