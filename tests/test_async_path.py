@@ -163,6 +163,33 @@ def test_an_argument_error_in_a_python_meta_kernel_leaves_the_op_asynchronous():
     assert "'async': 1" in r.stdout and "'fallback': 0" in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("async_path", [True, False], ids=["queued", "synchronous"])
+@pytest.mark.parametrize("n", [5, 40000])
+def test_foreach_tensor_overloads_take_cpu_scalars_as_cuda_does(both_paths, async_path, n):
+    # _foreach_addcdiv_/_foreach_addcmul_.Tensor read one value per list index
+    # from a CPU tensor (CUDA's kernels require it on CPU). Read at the call:
+    # changing the tensor afterwards changes nothing queued.
+    torchneuron._C._set_async_path(async_path)
+    g = torch.Generator().manual_seed(n)
+    lists = [[torch.randn(n, generator=g) for _ in range(3)] for _ in range(3)]
+    lists[2] = [t.abs() + 1 for t in lists[2]]
+    scalars = torch.tensor([0.5, -1.25, 2.0])
+    dev = [[t.to("neuron") for t in lst] for lst in lists]
+    for _ in range(2):  # the first call of a kind runs inline, the second queues
+        ref = [t.clone() for t in lists[0]]
+        torch._foreach_addcdiv_(ref, lists[1], lists[2], scalars)
+        torch._foreach_addcmul_(ref, lists[1], lists[2], scalars)
+        out = [t.clone() for t in dev[0]]
+        torch.neuron._sleep(20_000)
+        host = scalars.clone()
+        torch._foreach_addcdiv_(out, dev[1], dev[2], host)
+        torch._foreach_addcmul_(out, dev[1], dev[2], host)
+        host.fill_(100.0)
+        for a, b in zip(out, ref):
+            assert_same(a, b)
+    assert "aten::_foreach_addcdiv_.Tensor" in torchneuron.get_executed_ops()
+
+
 def test_first_call_of_a_kind_runs_inline_then_queues():
     x = torch.randn(64, 64, dtype=torch.float64)
     nx = x.to("neuron")

@@ -206,8 +206,10 @@ struct Prepared {
 
 // Checks one tensor argument and records it for the executor; false when the
 // op must take the slow path.
+// (hostValues: the argument is read on the host whatever its size, readOnHost.)
 bool prepTensor(const at::Tensor& t, bool written, bool out, c10::DeviceIndex device,
-                std::optional<TensorRef>* ref, c10::IValue* other, Prepared& p) {
+                std::optional<TensorRef>* ref, c10::IValue* other, Prepared& p,
+                bool hostValues = false) {
   keyTensor(p.key, t);
   if (!t.defined()) {
     *other = c10::IValue();
@@ -222,7 +224,7 @@ bool prepTensor(const at::Tensor& t, bool written, bool out, c10::DeviceIndex de
   }
   // CPU scalars mix with device tensors (like CUDA); anything else is the
   // slow path's device-mismatch error. The copy pins the value at enqueue.
-  if (written || !t.device().is_cpu() || t.dim() != 0) return false;
+  if (written || !t.device().is_cpu() || (t.dim() != 0 && !hostValues)) return false;
   *other = t.clone();
   return true;
 }
@@ -241,7 +243,8 @@ bool prepare(const Plan& plan, const torch::jit::Stack& stack, size_t begin,
       slot.kind = ArgSlot::kTensor;
       slot.tensors.resize(1);
       slot.others.resize(1);
-      if (!prepTensor(iv.toTensor(), written, plan.outArg[i], device, &slot.tensors[0], &slot.others[0], p))
+      if (!prepTensor(iv.toTensor(), written, plan.outArg[i], device, &slot.tensors[0],
+                      &slot.others[0], p, plan.hostValuesArg[i]))
         return false;
       if (!slot.tensors[0]) {
         slot.kind = ArgSlot::kValue;

@@ -22,6 +22,7 @@
 #include "aten/Common.h"
 #include "core/HostWait.h"
 #include "aten/AsyncPath.h"
+#include "aten/OpPlan.h"
 
 #include "aten/AllocationRedirect.h"
 #include "core/Generator.h"
@@ -306,12 +307,14 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     c10::IValue& iv = (*stack)[begin + i];
     const auto& arg = arguments[i];
     const bool written = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    const bool hostValues = readOnHost(op.schema(), i);
     auto convert = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined()) return t;
       if (isNeuron(t)) return aliasOf(st, t, written);
       // A CPU scalar mixes with device tensors (as on CUDA), but nothing is
       // written to CPU memory: a CPU out= tensor is a device mismatch.
-      if (t.device().is_cpu() && (t.dim() != 0 || written) && !iv.isOptionalTensorList()) {
+      if (t.device().is_cpu() && ((t.dim() != 0 && !hostValues) || written) &&
+          !iv.isOptionalTensorList()) {
         deviceMismatch(name, c10::Device(kNeuron, st.device), t.device());
       }
       return t;

@@ -65,6 +65,7 @@ void makePlan(const c10::OperatorHandle& op, Plan& p) {
     p.writtenArg.push_back(written);
     p.outArg.push_back(written && a.kwarg_only());
     p.generatorArg.push_back(isKindOrOptional(a.type(), c10::TypeKind::GeneratorType));
+    p.hostValuesArg.push_back(readOnHost(s, p.hostValuesArg.size()));
   }
   for (const auto& r : s.returns()) {
     if (r.type()->kind() != c10::TypeKind::TensorType) return;
@@ -121,6 +122,12 @@ std::optional<c10::OperatorHandle> perTensorOutOf(const c10::FunctionSchema& s) 
 }
 
 }  // namespace
+
+bool readOnHost(const c10::FunctionSchema& schema, size_t i) {
+  const auto& a = schema.arguments()[i];
+  return schema.name().rfind("aten::_foreach_", 0) == 0 && a.name() == "scalars" &&
+         a.type()->kind() == c10::TypeKind::TensorType && !a.alias_info();
+}
 
 Plan* planFor(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<c10::OperatorHandle, Plan*> local;

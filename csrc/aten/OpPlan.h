@@ -26,6 +26,7 @@ struct Plan {
   std::vector<bool> writtenArg;          // per argument
   std::vector<bool> outArg;              // per argument: a keyword-only out= tensor
   std::vector<bool> generatorArg;        // per argument
+  std::vector<bool> hostValuesArg;       // per argument: readOnHost
   size_t numFresh = 0;
   // native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update
   // (any overload): CPU's kernels need exceptions (AsyncPath.cpp).
@@ -40,6 +41,12 @@ struct Plan {
   // kernel writing in place, with the same values and one pass less.
   std::optional<c10::OperatorHandle> perTensorOut;
 };
+
+// Whether argument `i` of `schema` is a CPU tensor of values a kernel reads
+// on the host, whatever its size: a foreach op's `Tensor scalars` (one value
+// per list index, which CUDA takes from a CPU tensor too). Other CPU tensors
+// mix with device ones only as 0-dim scalars.
+bool readOnHost(const c10::FunctionSchema& schema, size_t i);
 
 // The plan of `op`: made on first use, never freed (a thread-local map then
 // finds it without a lock).

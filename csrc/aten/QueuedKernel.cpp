@@ -173,6 +173,9 @@ int64_t Kernel::listLength(bool* small) const {
       return 0;
     } else if (slot.kind == ArgSlot::kValue && slot.value.isList()) {
       n = static_cast<int64_t>(slot.value.toListRef().size());
+    } else if (slot.kind == ArgSlot::kValue && slot.value.isTensor() &&
+               slot.value.toTensor().defined() && slot.value.toTensor().dim() != 0) {
+      return 0;  // a CPU tensor of per-index values (readOnHost) goes whole with the lists
     } else {
       continue;
     }
