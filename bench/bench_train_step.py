@@ -75,20 +75,31 @@ def cuda_autocast_policy(device, dtype):
         F.layer_norm, F.cross_entropy = layer_norm, cross_entropy
 
 
-def train(device, opt, sched, loss_at, steps, warmup, amp=None):
-    """Runs `steps` training steps (loss_at(i): step i's loss; forward and
-    loss under autocast to `amp` when set); returns the median time (ms) of
-    the steps after `warmup` and every step's loss."""
-    sync = torch.neuron.synchronize if device.startswith("neuron") else (lambda: None)
-    times, losses = [], []
-    for i in range(steps):
-        start = time.perf_counter()
+def plain_step(device, loss_at, opt, amp):
+    """Training step i (loss_at(i): its loss; forward and loss under autocast
+    to `amp` when set) without the LR schedule, timing or synchronization;
+    returns the loss."""
+    def step(i):
         with torch.autocast(device.split(":")[0], dtype=amp or torch.bfloat16,
                             enabled=amp is not None), cuda_autocast_policy(device, amp):
             loss = loss_at(i)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        return loss
+    return step
+
+
+def train(device, opt, sched, loss_at, steps, warmup, amp=None):
+    """Runs `steps` training steps (plain_step, then the schedule's step);
+    returns the median time (ms) of the steps after `warmup` and every step's
+    loss."""
+    sync = torch.neuron.synchronize if device.startswith("neuron") else (lambda: None)
+    step = plain_step(device, loss_at, opt, amp)
+    times, losses = [], []
+    for i in range(steps):
+        start = time.perf_counter()
+        loss = step(i)
         sched.step()
         sync()
         if i >= warmup:
@@ -98,17 +109,6 @@ def train(device, opt, sched, loss_at, steps, warmup, amp=None):
 
 
 HOLD_US = 200_000
-
-
-def plain_step(loss_at, opt, amp):
-    """A neuron training step without timing or synchronization (device_only_ms)."""
-    def step(i):
-        with torch.autocast("neuron", dtype=amp or torch.bfloat16, enabled=amp is not None):
-            loss = loss_at(i)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return step
 
 
 def device_only_ms(step, repeats=5):
@@ -141,7 +141,8 @@ def step_time(device, data, vocab, args):
     params = [p.detach().cpu() for p in model.parameters()]
     if device == "neuron":
         DEVICE_ONLY.append(device_only_ms(
-            plain_step(lambda i: model(*batch_list[i % len(batch_list)])[1], opt, AMP[args.amp])))
+            plain_step(device, lambda i: model(*batch_list[i % len(batch_list)])[1], opt,
+                       AMP[args.amp])))
     return ms, [l.item() for l in losses], params
 
 
@@ -161,7 +162,7 @@ def model_step_time(name, device, args):
     params = [p.detach().cpu() for p in model.parameters()]
     if device == "neuron":
         DEVICE_ONLY.append(device_only_ms(
-            plain_step(lambda i: loss_fn(model, batch), opt, AMP[args.amp])))
+            plain_step(device, lambda i: loss_fn(model, batch), opt, AMP[args.amp])))
     return ms, [l.item() for l in losses], params
 
 

@@ -1,10 +1,11 @@
 """Streams, priorities, thread-local current streams, events and ordering."""
+import ast
 import threading
 
 import torch
 
 import torchneuron  # noqa: F401
-from conftest import LAUNCH_BLOCKING, assert_same, requires_async
+from conftest import LAUNCH_BLOCKING, assert_same, requires_async, run_python
 
 
 def test_default_and_current_stream():
@@ -209,9 +210,6 @@ def test_a_full_launch_queue_makes_the_host_wait_and_loses_nothing():
     # As a CUDA launch waits while the launch queue is full: past
     # NEURON_RT_QUEUE_DEPTH queued items a launch waits until half have run,
     # so a loop that never synchronizes cannot grow host memory without bound.
-    import ast
-    from conftest import run_python
-
     def run(env):
         r = run_python(QUEUE_PROGRAM, env=env)
         assert r.returncode == 0, r.stderr

@@ -167,8 +167,7 @@ bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
 // (Returns whether it walked the indices in blocks.)
 bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
   const int64_t length = ops[0]->listLength;
-  bool small = true;
-  for (const FusibleOp* op : ops) small = small && op->smallLists;
+  const bool small = ops[0]->smallLists;  // the same for every op of a pass (runPass)
   // A step takes consecutive indices up to a block's worth of elements, so
   // that its ops find their tensors in cache and small tensors do not each
   // pay a kernel call per op.

@@ -94,6 +94,24 @@ bool denseRowMajor(const TensorRef& r) {
   }
   return true;
 }
+
+// Elements [begin, end) of a contiguous tensor, as a 1-D CPU tensor over its
+// device memory; a 0-dim tensor whole.
+at::Tensor elementsOf(const TensorRef& r, CpuStorages& storages, int64_t begin, int64_t end) {
+  at::Tensor t = r.cpu(storages);
+  if (r.sizes.empty()) return t;
+  const int64_t size = end - begin, stride = 1;
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(&size, 1),
+                                                 c10::IntArrayRef(&stride, 1), r.offset + begin);
+  return t;
+}
+
+// A CPU tensor argument other than a 0-dim scalar (a foreach op's per-index
+// values, readOnHost): read whole by the kernel, never split with the rest.
+bool wholeCpuTensor(const ArgSlot& slot) {
+  return slot.kind == ArgSlot::kValue && slot.value.isTensor() &&
+         slot.value.toTensor().defined() && slot.value.toTensor().dim() != 0;
+}
 }  // namespace
 
 int64_t Kernel::fusibleNumel() const {
@@ -114,9 +132,8 @@ int64_t Kernel::fusibleNumel() const {
       if (!fits(*slot.tensors[0])) return 0;
     } else if (slot.kind != ArgSlot::kValue && slot.kind != ArgSlot::kTensor) {
       return 0;
-    } else if (slot.value.isTensor() && slot.value.toTensor().defined() &&
-               slot.value.toTensor().dim() != 0) {
-      return 0;  // a CPU tensor would be read whole by every block
+    } else if (wholeCpuTensor(slot)) {
+      return 0;  // it would be read whole by every block
     } else if (slot.value.isList()) {
       return 0;
     }
@@ -132,14 +149,7 @@ void Kernel::runRange(int64_t begin, int64_t end) const {
   torch::jit::Stack s;
   s.reserve(slots.size() + outs.size());
   CpuStorages storages;
-  auto piece = [&](const TensorRef& r) {
-    at::Tensor t = r.cpu(storages);
-    if (r.sizes.empty()) return t;
-    const int64_t size = end - begin, stride = 1;
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(&size, 1),
-                                                   c10::IntArrayRef(&stride, 1), r.offset + begin);
-    return t;
-  };
+  auto piece = [&](const TensorRef& r) { return elementsOf(r, storages, begin, end); };
   for (const ArgSlot& slot : slots) {
     if (slot.kind == ArgSlot::kTensor && slot.tensors[0]) s.emplace_back(piece(*slot.tensors[0]));
     else s.push_back(slot.value);
@@ -173,9 +183,8 @@ int64_t Kernel::listLength(bool* small) const {
       return 0;
     } else if (slot.kind == ArgSlot::kValue && slot.value.isList()) {
       n = static_cast<int64_t>(slot.value.toListRef().size());
-    } else if (slot.kind == ArgSlot::kValue && slot.value.isTensor() &&
-               slot.value.toTensor().defined() && slot.value.toTensor().dim() != 0) {
-      return 0;  // a CPU tensor of per-index values (readOnHost) goes whole with the lists
+    } else if (wholeCpuTensor(slot)) {
+      return 0;  // per-index values go whole with the lists: no part of them
     } else {
       continue;
     }
@@ -200,11 +209,8 @@ bool Kernel::listsElementwise() const {
       }
     } else if (slot.kind == ArgSlot::kTensor) {
       if (slot.tensors[0] && !slot.tensors[0]->sizes.empty()) return false;
-    } else if (slot.kind != ArgSlot::kValue) {
+    } else if (slot.kind != ArgSlot::kValue || wholeCpuTensor(slot)) {
       return false;
-    } else if (slot.value.isTensor() && slot.value.toTensor().defined() &&
-               slot.value.toTensor().dim() != 0) {
-      return false;  // a CPU tensor read whole (a tensor of per-index scalars)
     }
   }
   return !first.empty();
@@ -215,13 +221,7 @@ void Kernel::runListElements(int64_t index, int64_t begin, int64_t end) const {
   torch::jit::Stack s;
   s.reserve(slots.size());
   CpuStorages storages;
-  auto piece = [&](const TensorRef& r) {
-    at::Tensor t = r.cpu(storages);
-    const int64_t size = end - begin, stride = 1;
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(c10::IntArrayRef(&size, 1),
-                                                   c10::IntArrayRef(&stride, 1), r.offset + begin);
-    return t;
-  };
+  auto piece = [&](const TensorRef& r) { return elementsOf(r, storages, begin, end); };
   if (plan->perTensorOut) {  // (self, out): the per-tensor kernel writes in place
     s.emplace_back(piece(*slots[0].tensors[index]));
     s.emplace_back(piece(*slots[1].tensors[index]));
