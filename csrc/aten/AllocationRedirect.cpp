@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_set>  // unordered_multiset
 
 namespace torchneuron {
 namespace {
@@ -19,9 +19,11 @@ thread_local ResultPlacement* t_placement = nullptr;
 
 // Memory a ResultPlacement served that a storage still refers to: its
 // deleter (which frees nothing) takes it out. Storages may die on any thread.
+// A multiset: should one address ever be served twice before its release,
+// each release still finds its own entry and never reaches a real free.
 struct Placed {
   std::mutex mu;
-  std::unordered_set<void*> live;
+  std::unordered_multiset<void*> live;
   std::atomic<size_t> count{0};  // live.size(), read without the lock
 };
 Placed& placed() {
@@ -34,7 +36,9 @@ bool releasePlacement(void* ptr) {
   Placed& p = placed();
   if (p.count.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lk(p.mu);
-  if (p.live.erase(ptr) == 0) return false;
+  auto it = p.live.find(ptr);
+  if (it == p.live.end()) return false;
+  p.live.erase(it);
   p.count.store(p.live.size(), std::memory_order_release);
   return true;
 }
