@@ -303,3 +303,114 @@ def test_layouts_cpus_kernel_chooses_are_learned_without_a_host_wait():
             # Values are CPU's; results are contiguous, as FakeTensor predicts for this device.
             assert g.is_contiguous()
             assert torch.equal(g.cpu(), want.contiguous())
+
+
+@requires_async
+def test_functional_kernels_compute_their_results_in_the_device_outputs():
+    # Ops without an out= kernel of CPU's own (layer_norm and its backward,
+    # CPU's flash attention, gelu_backward) run their functional kernel
+    # queued; its results land in the outputs' memory (ResultPlacement), so
+    # nothing is copied after it, and the bits are CPU's.
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 64, requires_grad=True)
+    q, k, v = (torch.randn(2, 4, 16, 32, requires_grad=True) for _ in range(3))
+    w = torch.randn(64, requires_grad=True)
+
+    def run(device):
+        xs, qs, ks, vs, ws = (t.detach().to(device).requires_grad_() for t in (x, q, k, v, w))
+        y = F.gelu(F.layer_norm(xs, (64,), ws), approximate="tanh")
+        a = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
+        (y.sum() + a.sum()).backward()
+        return [y, a, xs.grad, qs.grad, ks.grad, vs.grad, ws.grad]
+
+    expected = run("cpu")
+    run("neuron")  # first calls of each kind are verified
+    torch.neuron.synchronize()
+    torchneuron.clear_op_tracking()
+    before = torchneuron._C._fresh_output_copies()
+    got = run("neuron")
+    torch.neuron.synchronize()
+    assert torchneuron._C._fresh_output_copies() == before
+    paths = torchneuron.get_op_paths()
+    for op in ("aten::native_layer_norm", "aten::native_layer_norm_backward",
+               "aten::_scaled_dot_product_flash_attention_for_cpu_backward"):
+        assert paths[op]["async"] >= 1, (op, paths[op])
+    for g, e in zip(got, expected):
+        assert_same(g, e)
+
+
+def _placement_ops():
+    """Custom ops whose CPU kernels allocate in awkward orders, to put
+    ResultPlacement's fallbacks to the test."""
+    lib = torch.library.Library("tnplace", "DEF")
+    lib.define("swapped(Tensor x) -> (Tensor, Tensor)")
+    lib.define("crossed(Tensor x) -> (Tensor, Tensor)")
+    lib.define("keeps(Tensor x) -> Tensor")
+    kept = []
+
+    def crossed(x):
+        b = torch.empty_like(x)  # takes the first output's memory
+        a = torch.empty_like(x)  # takes the second's
+        a.copy_(x * 2)
+        b.copy_(x + 1)
+        return a, b
+
+    def swapped(x):
+        scratch = torch.empty_like(x).fill_(7.0)  # a temporary of the results' size, first
+        del scratch
+        b = torch.empty_like(x)  # the second result allocated before the first
+        a = torch.empty_like(x)
+        a.copy_(x * 2)
+        b.copy_(x + 1)
+        return a, b
+
+    def keeps(x):
+        out = x * 3
+        if x.numel() and x[0].item() > 100:  # a cache the scratch run (zeros) never fills
+            kept.append(out)
+        return out
+
+    lib.impl("swapped", swapped, "CPU")
+    lib.impl("swapped", lambda x: (torch.empty_like(x), torch.empty_like(x)), "Meta")
+    lib.impl("crossed", crossed, "CPU")
+    lib.impl("crossed", lambda x: (torch.empty_like(x), torch.empty_like(x)), "Meta")
+    lib.impl("keeps", keeps, "CPU")
+    lib.impl("keeps", lambda x: torch.empty_like(x), "Meta")
+    return lib, kept
+
+
+@requires_async
+def test_results_placed_in_another_output_are_moved_safely_and_kept_ones_raise():
+    lib, kept = _placement_ops()
+    x = torch.randn(1000)
+    nx = x.to("neuron")
+    torch.ops.tnplace.swapped(nx)  # verified (scratch)
+    torch.ops.tnplace.crossed(nx)
+    torch.ops.tnplace.keeps(nx)
+    torch.neuron.synchronize()
+    torchneuron.clear_op_tracking()
+    torch.neuron._sleep(50_000)
+    a, b = torch.ops.tnplace.swapped(nx)
+    assert torchneuron.get_op_paths()["tnplace::swapped"]["async"] == 1
+    # The temporary took the first output's memory and the second result the
+    # second's; the first result was computed elsewhere and copied.
+    assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
+    # Each result in the other's output: both are read before either is written.
+    before = torchneuron._C._fresh_output_copies()
+    a, b = torch.ops.tnplace.crossed(nx)
+    assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
+    assert torchneuron._C._fresh_output_copies() == before + 2
+
+    big = torch.full((1000,), 500.0, device="neuron")
+    out = torch.ops.tnplace.keeps(big)
+    with pytest.raises(RuntimeError, match="tnplace::keeps.*kept a reference"):
+        torch.neuron.synchronize()
+    del out
+    assert len(kept) == 1
+    # The device keeps working and earlier data is intact.
+    assert torch.equal(nx.cpu(), x)
+    assert torch.equal(torch.ops.tnplace.swapped(nx)[1].cpu(), x + 1)
+    # The kept tensor still refers to that memory: once the device reuses it,
+    # a kernel placing a result there would be refused too. Drop it.
+    kept.clear()
+    del lib

@@ -6,17 +6,60 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>  // unordered_multiset
 
 namespace torchneuron {
 namespace {
 
 thread_local c10::DeviceIndex t_redirect_device = -1;
+thread_local ResultPlacement* t_placement = nullptr;
+
+// Memory a ResultPlacement served that a storage still refers to: its
+// deleter (which frees nothing) takes it out. Storages may die on any thread.
+// A multiset: should one address ever be served twice before its release,
+// each release still finds its own entry and never reaches a real free.
+struct Placed {
+  std::mutex mu;
+  std::unordered_multiset<void*> live;
+  std::atomic<size_t> count{0};  // live.size(), read without the lock
+};
+Placed& placed() {
+  static auto* p = new Placed();  // storages may die during exit
+  return *p;
+}
+
+// Whether `ptr` was served by a ResultPlacement and is now released.
+bool releasePlacement(void* ptr) {
+  Placed& p = placed();
+  if (p.count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lk(p.mu);
+  auto it = p.live.find(ptr);
+  if (it == p.live.end()) return false;
+  p.live.erase(it);
+  p.count.store(p.live.size(), std::memory_order_release);
+  return true;
+}
+
+void placedDeleter(void* ptr) { releasePlacement(ptr); }
+
+c10::DataPtr servePlacement(void* memory) {
+  Placed& p = placed();
+  {
+    std::lock_guard<std::mutex> lk(p.mu);
+    p.live.insert(memory);
+    p.count.store(p.live.size(), std::memory_order_release);
+  }
+  // Context == data, as raw_allocate requires.
+  return c10::DataPtr(memory, memory, &placedDeleter, c10::Device(c10::DeviceType::CPU));
+}
 
 c10::Allocator* g_base = nullptr;
 
 void redirectRawDelete(void* ptr) {
-  if (ptr == nullptr) return;
+  if (ptr == nullptr || releasePlacement(ptr)) return;
   nrtPointerAttributes attr{};
   if (nrtPointerGetAttributes(&attr, ptr) == NRT_SUCCESS && attr.type == nrtMemoryTypeDevice) {
     getDeviceAllocator()->raw_deleter()(ptr);
@@ -28,6 +71,9 @@ void redirectRawDelete(void* ptr) {
 class RedirectingCPUAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
+    if (t_placement != nullptr && n != 0) {
+      if (void* memory = t_placement->take(n)) return servePlacement(memory);
+    }
     const c10::DeviceIndex device = t_redirect_device;
     if (device < 0 || n == 0) {
       return g_base->allocate(n);
@@ -65,6 +111,32 @@ AllocationRedirectGuard::AllocationRedirectGuard(c10::DeviceIndex device)
 }
 
 AllocationRedirectGuard::~AllocationRedirectGuard() { t_redirect_device = previous_; }
+
+ResultPlacement::ResultPlacement(c10::ArrayRef<Target> targets)
+    : targets_(targets.begin(), targets.end()), taken_(targets.size(), false),
+      previous_(t_placement) {
+  t_placement = this;
+}
+
+ResultPlacement::~ResultPlacement() { t_placement = previous_; }
+
+void* ResultPlacement::take(size_t bytes) {
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    if (taken_[i] || targets_[i].bytes != bytes) continue;
+    taken_[i] = true;
+    return targets_[i].memory;
+  }
+  return nullptr;
+}
+
+bool ResultPlacement::anyStillReferenced() const {
+  Placed& p = placed();
+  if (p.count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lk(p.mu);
+  for (size_t i = 0; i < targets_.size(); ++i)
+    if (taken_[i] && p.live.count(targets_[i].memory) != 0) return true;
+  return false;
+}
 
 bool allocationRedirectInstalled() { return c10::GetCPUAllocator() == &g_redirecting; }
 

@@ -7,6 +7,8 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/util/SmallVector.h>
 
 namespace torchneuron {
 
@@ -21,6 +23,38 @@ class AllocationRedirectGuard {
 
  private:
   c10::DeviceIndex previous_;
+};
+
+// Fresh results in place: while alive, the CPU allocation on this thread of
+// exactly a target's byte size is served from that target's memory (each
+// target once, the first such allocation), without owning it. A queued
+// functional kernel (no out= overload) then computes its results where the
+// device already holds its outputs, and no copy follows (QueuedKernel.cpp).
+// A temporary of that size may take a target first; the result then lands
+// elsewhere and is copied, as without the guard.
+class ResultPlacement {
+ public:
+  struct Target {
+    void* memory;
+    size_t bytes;
+  };
+  explicit ResultPlacement(c10::ArrayRef<Target> targets);
+  ~ResultPlacement();  // stops serving (what was served stays valid)
+  ResultPlacement(const ResultPlacement&) = delete;
+  ResultPlacement& operator=(const ResultPlacement&) = delete;
+
+  // Whether a storage still refers to memory served by this guard: to be
+  // asked once the kernel's results are dropped (a kernel that kept a
+  // reference, in a cache say, would later touch device outputs).
+  bool anyStillReferenced() const;
+
+  // The allocator's side: the memory of the first untaken target of `bytes`.
+  void* take(size_t bytes);
+
+ private:
+  c10::SmallVector<Target, 4> targets_;
+  c10::SmallVector<bool, 4> taken_;
+  ResultPlacement* previous_;
 };
 
 // True when the redirecting CPU allocator is installed (it is unless another

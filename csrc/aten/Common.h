@@ -144,8 +144,10 @@ using StackAdjust = std::function<void(torch::jit::Stack&, size_t begin)>;
 void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                 const c10::OperatorHandle* target, const StackAdjust& adjust);
 
-// How many generic-path outputs had to be copied (not adopted zero-copy).
+// How many generic-path outputs had to be copied (not adopted zero-copy, or
+// on the queued path not computed in place).
 int64_t freshOutputCopies();
+void recordFreshOutputCopy();
 // Routes ops that CPU runs with a kernel of its own (and PyTorch would
 // otherwise decompose for neuron) to the generic path; idempotent. Called once
 // the backend's static registrations are done (CpuParity.cpp).

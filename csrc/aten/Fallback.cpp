@@ -109,7 +109,6 @@ const OpInfo& opInfo(const c10::OperatorHandle& op) {
 }
 
 std::atomic<int64_t> g_fresh_output_copies{0};
-void recordFreshOutputCopy() { g_fresh_output_copies.fetch_add(1, std::memory_order_relaxed); }
 
 [[noreturn]] void deviceMismatch(const std::string& op, c10::Device a, c10::Device b) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
@@ -366,6 +365,7 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 }
 
 int64_t freshOutputCopies() { return g_fresh_output_copies.load(); }
+void recordFreshOutputCopy() { g_fresh_output_copies.fetch_add(1, std::memory_order_relaxed); }
 
 namespace {
 

@@ -86,6 +86,11 @@ void makePlan(const c10::OperatorHandle& op, Plan& p) {
   }
   if (p.numFresh == 0 && !anyWritten) return;  // nothing to compute (e.g. record_stream)
   if (p.numFresh > 0) p.outOp = findOutOverload(s, p.numFresh);
+  // An out= overload without a CPU kernel of its own is ATen's generated one
+  // (CompositeExplicitAutograd: the functional kernel, then a copy into out);
+  // the functional kernel alone computes its results in the outputs
+  // (ResultPlacement) and saves that copy.
+  if (p.outOp && !p.outOp->hasKernelForDispatchKey(c10::DispatchKey::CPU)) p.outOp.reset();
   p.eligible.store(true);
   return;
 }

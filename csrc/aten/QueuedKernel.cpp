@@ -1,6 +1,7 @@
 // QueuedKernel.cpp: see QueuedKernel.h.
 #include "aten/QueuedKernel.h"
 
+#include "aten/AllocationRedirect.h"
 #include "aten/Common.h"
 
 #include <ATen/core/LegacyTypeDispatch.h>
@@ -34,6 +35,23 @@ bool sameLayout(const at::Tensor& t, const TensorRef& ref) {
   return true;
 }
 
+// The fresh outputs a functional kernel's results may be computed in.
+c10::SmallVector<ResultPlacement::Target, 4> placementTargets(
+    const std::vector<std::optional<TensorRef>>& outs) {
+  c10::SmallVector<ResultPlacement::Target, 4> targets;
+  for (const auto& o : outs)
+    if (o && o->offset == 0 && o->storageBytes != 0) targets.push_back({o->data, o->storageBytes});
+  return targets;
+}
+
+// Whether `t`'s storage overlaps device bytes `span`.
+bool overlaps(const at::Tensor& t, const nrtBufferRange& span) {
+  if (!t.has_storage() || t.storage().nbytes() == 0 || span.bytes == 0) return false;
+  const char* a = static_cast<const char*>(t.storage().data());
+  const char* b = static_cast<const char*>(span.ptr);
+  return a < b + span.bytes && b < a + t.storage().nbytes();
+}
+
 }  // namespace
 
 bool Kernel::run() const {
@@ -61,7 +79,13 @@ bool Kernel::run() const {
       given.emplace_back(s.back().toTensor(), &*o);
     }
   }
-  target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+  {
+    // A functional kernel's fresh results may land in their outputs' memory.
+    std::optional<ResultPlacement> placement;
+    if (!viaOut) placement.emplace(placementTargets(outs));
+    target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    if (placement && !copyResults(s, *placement)) return false;
+  }
   for (const auto& [t, ref] : given) {
     // (A kernel may also leave a conjugate or negative bit on an output,
     // as linalg_lu_solve does: its memory then holds other values.)
@@ -70,8 +94,14 @@ bool Kernel::run() const {
         t.is_conj() || t.is_neg())
       return false;
   }
-  if (viaOut) return true;
-  // No out= overload: copy the fresh results into place.
+  return true;
+}
+
+bool Kernel::copyResults(torch::jit::Stack& s, const ResultPlacement& placement) const {
+  // Results computed in place stay; the others are copied into place, each
+  // read before any output it overlaps is written (a temporary's size may
+  // have matched another result's output first).
+  c10::SmallVector<std::pair<at::Tensor, const TensorRef*>, 4> moves;
   size_t f = 0;
   for (size_t r = 0; r < plan->returnArg.size(); ++r) {
     if (plan->returnArg[r] >= 0) continue;
@@ -79,8 +109,21 @@ bool Kernel::run() const {
     if (!o) continue;
     const at::Tensor& result = s[r].toTensor();
     if (!sameLayout(result, *o)) return false;
-    o->cpu().copy_(result);
+    if (result.data_ptr() != o->data) moves.emplace_back(result, &*o);
   }
+  for (auto& [result, o] : moves)
+    for (const auto& other : outs)
+      if (other && overlaps(result, spanOf(*other))) result = result.clone();
+  for (auto& [result, o] : moves) {
+    o->cpu().copy_(result);
+    recordFreshOutputCopy();
+  }
+  // Every storage over served memory is dropped now, unless the kernel kept
+  // one (it would write a user's tensor later): an error naming the op.
+  moves.clear();
+  s.clear();
+  TORCH_CHECK(!placement.anyStillReferenced(), plan->name,
+              ": CPU's kernel kept a reference to its results' memory after it returned");
   return true;
 }
 

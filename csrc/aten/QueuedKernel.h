@@ -3,6 +3,7 @@
 // inline, or on scratch memory, to verify a kind of call: Verification.h).
 #pragma once
 
+#include "aten/AllocationRedirect.h"
 #include "aten/KernelArgs.h"
 #include "aten/Launch.h"
 #include "aten/MetaPass.h"
@@ -38,6 +39,9 @@ struct Kernel {
   // memory it was given (a kernel that resized or re-pointed an output wrote
   // somewhere else: its results are not on the device).
   bool run() const;
+  // After a functional run: the fresh results that `placement` did not put
+  // in their outputs copied there; false when one has another layout.
+  bool copyResults(torch::jit::Stack& s, const ResultPlacement& placement) const;
 
   // The number of elements a fusion pass may split this kernel over
   // (Fusion.h): its tensors are all 0-dim or contiguous of one shape, it has
