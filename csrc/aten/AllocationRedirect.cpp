@@ -9,7 +9,8 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
-#include <unordered_set>  // unordered_multiset
+#include <optional>
+#include <unordered_set>
 
 namespace torchneuron {
 namespace {
@@ -19,11 +20,12 @@ thread_local ResultPlacement* t_placement = nullptr;
 
 // Memory a ResultPlacement served that a storage still refers to: its
 // deleter (which frees nothing) takes it out. Storages may die on any thread.
-// A multiset: should one address ever be served twice before its release,
-// each release still finds its own entry and never reaches a real free.
+// An address is served only while absent, so each entry has one owner and a
+// raw_deallocate of served memory always finds its entry (never reaching the
+// device allocator's free).
 struct Placed {
   std::mutex mu;
-  std::unordered_multiset<void*> live;
+  std::unordered_set<void*> live;
   std::atomic<size_t> count{0};  // live.size(), read without the lock
 };
 Placed& placed() {
@@ -36,23 +38,24 @@ bool releasePlacement(void* ptr) {
   Placed& p = placed();
   if (p.count.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lk(p.mu);
-  auto it = p.live.find(ptr);
-  if (it == p.live.end()) return false;
-  p.live.erase(it);
+  if (p.live.erase(ptr) == 0) return false;
   p.count.store(p.live.size(), std::memory_order_release);
   return true;
 }
 
 void placedDeleter(void* ptr) { releasePlacement(ptr); }
 
-c10::DataPtr servePlacement(void* memory) {
+// `memory` as a CPU allocation, unless a storage from an earlier serve still
+// refers to it (a kernel kept one, which was reported): nothing is placed
+// where a stale tensor reads or writes. Context == data, as raw_allocate
+// requires.
+std::optional<c10::DataPtr> servePlacement(void* memory) {
   Placed& p = placed();
   {
     std::lock_guard<std::mutex> lk(p.mu);
-    p.live.insert(memory);
+    if (!p.live.insert(memory).second) return std::nullopt;
     p.count.store(p.live.size(), std::memory_order_release);
   }
-  // Context == data, as raw_allocate requires.
   return c10::DataPtr(memory, memory, &placedDeleter, c10::Device(c10::DeviceType::CPU));
 }
 
@@ -72,7 +75,7 @@ class RedirectingCPUAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
     if (t_placement != nullptr && n != 0) {
-      if (void* memory = t_placement->take(n)) return servePlacement(memory);
+      if (auto served = t_placement->serve(n)) return std::move(*served);
     }
     const c10::DeviceIndex device = t_redirect_device;
     if (device < 0 || n == 0) {
@@ -113,20 +116,24 @@ AllocationRedirectGuard::AllocationRedirectGuard(c10::DeviceIndex device)
 AllocationRedirectGuard::~AllocationRedirectGuard() { t_redirect_device = previous_; }
 
 ResultPlacement::ResultPlacement(c10::ArrayRef<Target> targets)
-    : targets_(targets.begin(), targets.end()), taken_(targets.size(), false),
+    : targets_(targets.begin(), targets.end()), state_(targets.size(), kOpen),
       previous_(t_placement) {
   t_placement = this;
 }
 
-ResultPlacement::~ResultPlacement() { t_placement = previous_; }
+void ResultPlacement::stop() {
+  if (t_placement != this) return;
+  t_placement = previous_;
+}
 
-void* ResultPlacement::take(size_t bytes) {
+std::optional<c10::DataPtr> ResultPlacement::serve(size_t bytes) {
   for (size_t i = 0; i < targets_.size(); ++i) {
-    if (taken_[i] || targets_[i].bytes != bytes) continue;
-    taken_[i] = true;
-    return targets_[i].memory;
+    if (state_[i] != kOpen || targets_[i].bytes != bytes) continue;
+    std::optional<c10::DataPtr> served = servePlacement(targets_[i].memory);
+    state_[i] = served ? kServed : kRefused;
+    return served;
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 bool ResultPlacement::anyStillReferenced() const {
@@ -134,7 +141,7 @@ bool ResultPlacement::anyStillReferenced() const {
   if (p.count.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lk(p.mu);
   for (size_t i = 0; i < targets_.size(); ++i)
-    if (taken_[i] && p.live.count(targets_[i].memory) != 0) return true;
+    if (state_[i] == kServed && p.live.count(targets_[i].memory) != 0) return true;
   return false;
 }
 

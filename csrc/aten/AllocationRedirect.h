@@ -10,6 +10,9 @@
 #include <c10/util/ArrayRef.h>
 #include <c10/util/SmallVector.h>
 
+#include <cstdint>
+#include <optional>
+
 namespace torchneuron {
 
 // While alive, CPU allocations on this thread are served from `device`'s
@@ -39,7 +42,10 @@ class ResultPlacement {
     size_t bytes;
   };
   explicit ResultPlacement(c10::ArrayRef<Target> targets);
-  ~ResultPlacement();  // stops serving (what was served stays valid)
+  ~ResultPlacement() { stop(); }
+  // Stops serving (what was served stays valid): copies of the results that
+  // follow must not take an open output's memory.
+  void stop();
   ResultPlacement(const ResultPlacement&) = delete;
   ResultPlacement& operator=(const ResultPlacement&) = delete;
 
@@ -48,12 +54,15 @@ class ResultPlacement {
   // reference, in a cache say, would later touch device outputs).
   bool anyStillReferenced() const;
 
-  // The allocator's side: the memory of the first untaken target of `bytes`.
-  void* take(size_t bytes);
+  // The allocator's side: the first open target of `bytes`, as a CPU
+  // allocation; none when there is none, or when a storage from an earlier
+  // kernel still refers to it (that kernel kept one: the target is skipped).
+  std::optional<c10::DataPtr> serve(size_t bytes);
 
  private:
   c10::SmallVector<Target, 4> targets_;
-  c10::SmallVector<bool, 4> taken_;
+  enum State : uint8_t { kOpen, kServed, kRefused };
+  c10::SmallVector<State, 4> state_;
   ResultPlacement* previous_;
 };
 

@@ -84,7 +84,10 @@ bool Kernel::run() const {
     std::optional<ResultPlacement> placement;
     if (!viaOut) placement.emplace(placementTargets(outs));
     target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
-    if (placement && !copyResults(s, *placement)) return false;
+    if (placement) {
+      placement->stop();
+      if (!copyResults(s, *placement)) return false;
+    }
   }
   for (const auto& [t, ref] : given) {
     // (A kernel may also leave a conjugate or negative bit on an output,
