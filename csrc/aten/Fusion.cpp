@@ -65,11 +65,6 @@ using FusibleClosure = detail::Closure<FusibleCall>;
 
 FusibleClosure* closureOf(void* args) { return *static_cast<FusibleClosure**>(args); }
 
-bool overlap(const nrtBufferRange& a, const nrtBufferRange& b) {
-  const char* pa = static_cast<const char*>(a.ptr);
-  const char* pb = static_cast<const char*>(b.ptr);
-  return a.bytes != 0 && b.bytes != 0 && pa < pb + b.bytes && pb < pa + a.bytes;
-}
 bool sameRange(const nrtBufferRange& a, const nrtBufferRange& b) {
   return a.ptr == b.ptr && a.bytes == b.bytes;
 }
@@ -77,7 +72,7 @@ bool sameRange(const nrtBufferRange& a, const nrtBufferRange& b) {
 bool clear(c10::ArrayRef<nrtBufferRange> mine, c10::ArrayRef<nrtBufferRange> theirs) {
   for (const auto& a : mine)
     for (const auto& b : theirs)
-      if (overlap(a, b) && !sameRange(a, b)) return false;
+      if (rangesOverlap(a, b) && !sameRange(a, b)) return false;
   return true;
 }
 
@@ -149,7 +144,7 @@ bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
   auto apart = [](c10::ArrayRef<nrtBufferRange> a, c10::ArrayRef<nrtBufferRange> b) {
     for (const auto& x : a)
       for (const auto& y : b)
-        if (overlap(x, y)) return false;
+        if (rangesOverlap(x, y)) return false;
     return true;
   };
   if (next.listLength != 0 || next.numel > at::internal::GRAIN_SIZE) return false;

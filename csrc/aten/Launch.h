@@ -94,6 +94,13 @@ inline nrtBufferRange bufferSpan(const void* data, c10::IntArrayRef sizes, c10::
   return {base, static_cast<size_t>(hi - lo + 1) * elementSize};
 }
 
+// Whether two byte ranges share a byte (an empty range shares none).
+inline bool rangesOverlap(const nrtBufferRange& a, const nrtBufferRange& b) {
+  const char* pa = static_cast<const char*>(a.ptr);
+  const char* pb = static_cast<const char*>(b.ptr);
+  return a.bytes != 0 && b.bytes != 0 && pa < pb + b.bytes && pb < pa + a.bytes;
+}
+
 // Queues `fn` on `stream` as one work item; it runs on the device executor
 // in stream order. The closure must not own device memory (tensors): the
 // caching allocator's stream-ordered reuse keeps the memory valid; it must

@@ -46,10 +46,7 @@ c10::SmallVector<ResultPlacement::Target, 4> placementTargets(
 
 // Whether `t`'s storage overlaps device bytes `span`.
 bool overlaps(const at::Tensor& t, const nrtBufferRange& span) {
-  if (!t.has_storage() || t.storage().nbytes() == 0 || span.bytes == 0) return false;
-  const char* a = static_cast<const char*>(t.storage().data());
-  const char* b = static_cast<const char*>(span.ptr);
-  return a < b + span.bytes && b < a + t.storage().nbytes();
+  return t.has_storage() && rangesOverlap({t.storage().data(), t.storage().nbytes()}, span);
 }
 
 }  // namespace
