@@ -412,8 +412,12 @@ def test_results_placed_in_another_output_are_moved_safely_and_kept_ones_raise()
     # (the kernel's result lands elsewhere and is copied, not refused).
     assert torch.equal(nx.cpu(), x)
     stale = kept[0].data_ptr()
+    before = torchneuron._C._fresh_output_copies()
+    y = torch.ops.tnplace.keeps(nx)  # small values: keeps nothing
+    assert y.data_ptr() == stale
+    assert torch.equal(y.cpu(), x * 3)
+    assert torchneuron._C._fresh_output_copies() == before + 1  # not served again
     a, b = torch.ops.tnplace.swapped(nx)
-    assert stale in (a.data_ptr(), b.data_ptr())
     assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
     kept.clear()
     del lib
