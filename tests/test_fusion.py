@@ -216,6 +216,45 @@ def test_foreach_optimizer_steps_queue_one_item_per_call(fusion_on, sizes):
 
 
 @requires_async
+def test_blocked_list_passes_split_each_tensor_as_its_kernel_does(fusion_on):
+    # pow with a float exponent and sigmoid have a vector form (Sleef) and a
+    # scalar form (libm) that differ in the last bit for some values, and a
+    # kernel computes the last < 16 elements of each thread's chunk with the
+    # scalar form: a blocked list pass that split a tensor anywhere but where
+    # at::parallel_for does would move those elements to the vector form.
+    # 70014 elements make two chunks of 35007 on 2 threads, each with a
+    # 15-element tail (on more threads, more chunks: still tails).
+    if torch.get_num_threads() < 2:
+        pytest.skip("one compute thread: a tensor is one chunk")
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.rand(70014, generator=g) * 4 + 0.25 for _ in range(24)]
+
+    def program(ts):
+        torch._foreach_mul_(ts, 1.5)
+        torch._foreach_pow_(ts, 1.7)
+        torch._foreach_sigmoid_(ts)
+
+    ref = [x.clone() for x in xs]
+    program(ref)
+    dev = [x.to(NEURON) for x in xs]
+    program([d.clone() for d in dev])  # a kind of call is verified the first time: not fused
+    torch.neuron.synchronize()
+    torchneuron.clear_op_tracking()
+    hold_stream()
+    program(dev)
+    assert_bitwise([d.cpu() for d in dev], ref)
+    stats = torchneuron.get_fusion_stats()
+    assert stats["blocked_list_passes"] >= 1 and stats["by_op"].get(
+        "aten::_foreach_pow_.Scalar", 0) >= 1, stats
+    # The inputs give the two forms something to disagree on: the test can fail.
+    # (One element alone takes the scalar form; followed by 16 more, the vector form.)
+    tails = torch.cat([x[35007 - 15:35007] * 1.5 for x in xs])
+    scalar = torch.cat([torch.pow(v.reshape(1), 1.7) for v in tails])
+    vector = torch.pow(torch.cat([tails, torch.ones(16)]), 1.7)[: tails.numel()]
+    assert not torch.equal(scalar, vector)
+
+
+@requires_async
 @pytest.mark.parametrize("n", [5, 40000])
 def test_foreach_lists_aliased_across_indices_keep_serial_order(fusion_on, n):
     # Index 1 reads what index 0 writes (and a second call writes what the
