@@ -23,18 +23,6 @@ namespace {
 constexpr int64_t kBlock = 65536;
 static_assert(kBlock % 512 == 0, "blocks must not move a vector loop's tail");
 
-// Thread `tid`'s elements of at::parallel_for(0, n, GRAIN_SIZE) on `threads`
-// threads (ATen's OpenMP split: min(threads, ceil(n / GRAIN_SIZE)) chunks of
-// ceil(n / chunks) elements, serial when that is one); empty when the thread
-// gets none. A chunk's end is where a kernel's vector loop leaves its tail.
-std::pair<int64_t, int64_t> parallelChunk(int64_t n, int64_t threads, int64_t tid) {
-  const int64_t grain = at::internal::GRAIN_SIZE;
-  const int64_t chunks = n > grain ? std::min(threads, (n + grain - 1) / grain) : 1;
-  const int64_t size = (n + chunks - 1) / chunks;
-  const int64_t begin = std::min(n, tid * size);
-  return {begin, std::min(n, begin + size)};
-}
-
 // Ops whose CPU kernels split elements as at::parallel_for(GRAIN_SIZE) and
 // walk a chunk with one vectorized loop (cpu_kernel_vec: binary, ternary and
 // most unary ops), or compute every element with one form (the vml-style
@@ -201,24 +189,17 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
     // tensors in cache instead of streaming each from memory once per op.
     // The elements split among the threads as each op splits them alone
     // (runChunk's blocks).
-    // One parallel region for every index, each thread taking at each index
-    // the chunk at::parallel_for(0, n, GRAIN_SIZE) would give it: no
-    // barrier between indices (they are independent: indexwiseIndependent).
-    const int64_t threads = at::get_num_threads();
-    at::parallel_for(0, threads, 1, [&](int64_t tidBegin, int64_t tidEnd) {
-      for (int64_t j = 0; j < length; ++j) {
-        for (int64_t tid = tidBegin; tid < tidEnd; ++tid) {
-          const auto [begin, end] = parallelChunk(sizes[j], threads, tid);
-          for (int64_t lo = begin; lo < end; lo += kBlock) {
-            const int64_t hi = std::min(end, lo + kBlock);
-            for (size_t k = 0; k < ops.size(); ++k) {
-              if (failure.any.load(std::memory_order_relaxed)) return;
-              if (!failure.attempt(k, [&] { ops[k]->runListElements(j, lo, hi); })) return;
-            }
+    for (int64_t j = 0; j < length && !failure.any.load(); ++j) {
+      at::parallel_for(0, sizes[j], at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+        for (int64_t lo = begin; lo < end; lo += kBlock) {
+          const int64_t hi = std::min(end, lo + kBlock);
+          for (size_t k = 0; k < ops.size(); ++k) {
+            if (failure.any.load(std::memory_order_relaxed)) return;
+            if (!failure.attempt(k, [&] { ops[k]->runListElements(j, lo, hi); })) return;
           }
         }
-      }
-    });
+      });
+    }
     return true;
   }
   steps(0, length);  // each op splits its own large tensors
