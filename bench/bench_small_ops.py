@@ -4,10 +4,14 @@
 
 For each op, a loop issues N iterations on tiny tensors (64 elements; the
 linear: 8x16 input, 16->8 weights) and ends with one synchronisation; the
-figure is microseconds per op on the calling thread. Target (eager speed
-issue): neuron / cpu <= 1.0 for each op.
+figure is microseconds per op on the calling thread. Devices alternate
+between repeats (cpu, neuron, cpu, ...) so both see the same machine load;
+each repeat's pair gives a ratio, and the table shows the medians and the
+range of the per-pair ratios. Target (eager speed issue): neuron / cpu <= 1.0
+for each op.
 """
 import argparse
+import os
 import statistics
 import time
 
@@ -48,15 +52,19 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
     torch.set_num_threads(1)
-    results = {}
-    for device in ("cpu", "neuron"):
-        for name, fn in cases(device).items():
-            runs = [timed(fn, device, args.iters) for _ in range(args.repeats)]
-            results[(device, name)] = statistics.median(runs)
-    print(f"{'op':<10} {'cpu us':>9} {'neuron us':>10} {'ratio':>7}")
-    for name in cases("cpu"):
-        c, n = results[("cpu", name)], results[("neuron", name)]
-        print(f"{name:<10} {c:9.2f} {n:10.2f} {n / c:7.2f}")
+    print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    ops = {d: cases(d) for d in ("cpu", "neuron")}
+    print(f"{'op':<10} {'cpu us':>9} {'neuron us':>10} {'ratio':>7}  {'per-pair range':>15}")
+    for name in ops["cpu"]:
+        runs = {"cpu": [], "neuron": []}
+        for _ in range(args.repeats):
+            for device in ("cpu", "neuron"):
+                runs[device].append(timed(ops[device][name], device, args.iters))
+        ratios = sorted(n / c for c, n in zip(runs["cpu"], runs["neuron"]))
+        c, n = statistics.median(runs["cpu"]), statistics.median(runs["neuron"])
+        print(f"{name:<10} {c:9.2f} {n:10.2f} {statistics.median(ratios):7.2f}  "
+              f"{ratios[0]:7.2f}-{ratios[-1]:.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
