@@ -331,6 +331,7 @@ def test_functional_kernels_compute_their_results_in_the_device_outputs():
     got = run("neuron")
     torch.neuron.synchronize()
     assert torchneuron._C._fresh_output_copies() == before
+    assert torchneuron.get_result_copies() == {}
     paths = torchneuron.get_op_paths()
     for op in ("aten::native_layer_norm", "aten::native_layer_norm_backward",
                "aten::_scaled_dot_product_flash_attention_for_cpu_backward"):
@@ -395,11 +396,13 @@ def test_results_placed_in_another_output_are_moved_safely_and_kept_ones_raise()
     # The temporary took the first output's memory and the second result the
     # second's; the first result was computed elsewhere and copied.
     assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
+    assert torchneuron.get_result_copies() == {"tnplace::swapped": 1}  # tracking names the op
     # Each result in the other's output: both are read before either is written.
     before = torchneuron._C._fresh_output_copies()
     a, b = torch.ops.tnplace.crossed(nx)
     assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
     assert torchneuron._C._fresh_output_copies() == before + 2
+    assert torchneuron.get_result_copies() == {"tnplace::swapped": 1, "tnplace::crossed": 2}
 
     big = torch.full((1000,), 500.0, device="neuron")
     out = torch.ops.tnplace.keeps(big)
@@ -417,6 +420,7 @@ def test_results_placed_in_another_output_are_moved_safely_and_kept_ones_raise()
     assert y.data_ptr() == stale
     assert torch.equal(y.cpu(), x * 3)
     assert torchneuron._C._fresh_output_copies() == before + 1  # not served again
+    assert torchneuron.get_result_copies()["tnplace::keeps"] == 1
     a, b = torch.ops.tnplace.swapped(nx)
     assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
     kept.clear()

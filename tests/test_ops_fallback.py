@@ -388,3 +388,24 @@ def test_nested_tensor_results_raise_a_clear_error():
     with pytest.raises(NotImplementedError, match="nested tensors are not supported"):
         torch._nested_tensor_from_mask(x, mask)
     assert_same(x * 2, x.cpu() * 2)
+
+
+def test_result_copies_are_counted_per_op():
+    # A kernel whose result lives in memory of its own (numpy's): the device
+    # copies it into a device output, and op tracking names the op that cost it.
+    lib = torch.library.Library("tncopy", "DEF")
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: torch.from_numpy(x.numpy() * 2), "CPU")
+    try:
+        x = torch.randn(100)
+        nx = x.to("neuron")
+        torch.neuron.synchronize()
+        torchneuron.clear_op_tracking()
+        y = torch.ops.tncopy.twice(nx)
+        z = nx * 2  # computed in its output: no copy
+        assert torch.equal(y.cpu(), x * 2) and torch.equal(z.cpu(), x * 2)
+        assert torchneuron.get_result_copies() == {"tncopy::twice": 1}
+        torchneuron.clear_op_tracking()
+        assert torchneuron.get_result_copies() == {}
+    finally:
+        del lib

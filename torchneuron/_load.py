@@ -95,6 +95,7 @@ from ._tracking import (  # noqa: E402,F401
     get_host_waits,
     get_inline_ops,
     get_op_paths,
+    get_result_copies,
     host_wait_counts,
     is_fusion_enabled,
     set_fusion_enabled,
@@ -105,7 +106,7 @@ from .kernels import nki_op  # noqa: E402,F401
 
 __all__ = [
     "nki_op", "Event", "Stream", "clear_op_tracking", "current_stream", "device_count",
-    "empty_cache", "get_executed_ops", "get_fallback_ops", "get_op_paths",
+    "empty_cache", "get_executed_ops", "get_fallback_ops", "get_op_paths", "get_result_copies",
     "get_inline_ops", "get_host_waits", "host_wait_counts", "clear_host_waits",
     "is_available", "is_neuron_runtime_initialized", "max_memory_allocated",
     "max_memory_reserved", "memory_allocated", "memory_reserved", "memory_stats",

@@ -33,6 +33,16 @@ def get_executed_ops() -> dict[str, int]:
     return {op: sum(rec.values()) for op, rec in _C._executed_ops().items()}
 
 
+def get_result_copies() -> dict[str, int]:
+    """Per op, how many of its results the device copied into their outputs
+    since the last clear: the op's kernel computed them in other memory (on
+    the generic path, a result neither computed in its output's memory nor
+    adopted as device memory), and a pass over each result's bytes followed
+    that the op did not ask for. Ops with no copies are left out; the
+    copies a ``.to()``/``copy_`` asks for are not these."""
+    return dict(_C._result_copies())
+
+
 def get_fallback_ops() -> list[str]:
     """Ops that ran on the synchronous path since the last clear, sorted."""
     return sorted(op for op, rec in _C._executed_ops().items() if rec["fallback"] > 0)

@@ -145,9 +145,10 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                 const c10::OperatorHandle* target, const StackAdjust& adjust);
 
 // How many generic-path outputs had to be copied (not adopted zero-copy, or
-// on the queued path not computed in place).
+// on the queued path not computed in place), in all; per op, in op tracking
+// (resultCopies) when it is on.
 int64_t freshOutputCopies();
-void recordFreshOutputCopy();
+void recordFreshOutputCopy(OpCounters* op);
 // Routes ops that CPU runs with a kernel of its own (and PyTorch would
 // otherwise decompose for neuron) to the generic path; idempotent. Called once
 // the backend's static registrations are done (CpuParity.cpp).

@@ -46,6 +46,7 @@ namespace {
 
 struct AliasState {
   c10::DeviceIndex device = -1;
+  OpCounters* counters = nullptr;  // the op's, for the copies it costs
   // device StorageImpl -> CPU alias storage (and back)
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_cpu;
   ska::flat_hash_map<c10::StorageImpl*, at::Tensor> to_device;  // a device tensor over it
@@ -186,7 +187,7 @@ at::Tensor resultToDevice(AliasState& st, const at::Tensor& r, const std::string
       return tensorOverStorage(adopted->second, r, c10::DispatchKey::PrivateUse1);
     }
   }
-  recordFreshOutputCopy();
+  recordFreshOutputCopy(st.counters);
   return copyToDevice(r, st.device);
 }
 
@@ -223,7 +224,7 @@ void syncWritten(AliasState& st, const at::Tensor& original, const at::Tensor& a
     return;
   }
   // The kernel moved the alias elsewhere: resize the device tensor and copy.
-  recordFreshOutputCopy();
+  recordFreshOutputCopy(st.counters);
   original.resize_(alias.sizes());
   if (original.strides() != alias.strides() && alias.is_non_overlapping_and_dense()) {
     oimpl->set_sizes_and_strides(aimpl->sizes(), aimpl->strides(), oimpl->storage_offset());
@@ -263,6 +264,7 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   const size_t begin = stack->size() - num_args;
 
   AliasState st;
+  st.counters = info.counters;
   // Pass 1: the device.
   for (size_t i = 0; i < num_args; ++i) {
     const c10::IValue& iv = (*stack)[begin + i];
@@ -365,7 +367,10 @@ void runGeneric(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 }
 
 int64_t freshOutputCopies() { return g_fresh_output_copies.load(); }
-void recordFreshOutputCopy() { g_fresh_output_copies.fetch_add(1, std::memory_order_relaxed); }
+void recordFreshOutputCopy(OpCounters* op) {
+  g_fresh_output_copies.fetch_add(1, std::memory_order_relaxed);
+  if (op != nullptr && opTrackingEnabled()) op->resultCopies.fetch_add(1, std::memory_order_relaxed);
+}
 
 namespace {
 

@@ -55,10 +55,19 @@ std::map<std::string, OpRecord> executedOps() {
   return out;
 }
 
+std::map<std::string, int64_t> resultCopies() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, c] : table())
+    if (const int64_t n = c->resultCopies.load()) out.emplace(name, n);
+  return out;
+}
+
 void clearOpTracking() {
   std::lock_guard<std::mutex> lock(g_mutex);
   for (auto& [name, c] : table()) {
     for (auto& n : c->count) n.store(0);
+    c->resultCopies.store(0);
   }
 }
 

@@ -27,6 +27,9 @@ const char* opPathName(OpPath path);
 // hot kernels look it up once (static local) and count with one atomic add.
 struct OpCounters {
   std::atomic<int64_t> count[4] = {0, 0, 0, 0};
+  // Results the device copied into their outputs after the kernel computed
+  // them in other memory (a pass over the result's bytes the op did not ask for).
+  std::atomic<int64_t> resultCopies{0};
 };
 OpCounters* opCounters(const std::string& op);
 
@@ -54,6 +57,9 @@ struct OpRecord {
 
 // A snapshot of every op recorded since the last clear.
 std::map<std::string, OpRecord> executedOps();
+// Per op, the results copied into their outputs since the last clear (ops
+// with none left out).
+std::map<std::string, int64_t> resultCopies();
 void clearOpTracking();
 void setOpTrackingEnabled(bool enabled);
 

@@ -116,7 +116,7 @@ bool Kernel::copyResults(torch::jit::Stack& s, const ResultPlacement& placement)
       if (other && overlaps(result, spanOf(*other))) result = result.clone();
   for (auto& [result, o] : moves) {
     o->cpu().copy_(result);
-    recordFreshOutputCopy();
+    recordFreshOutputCopy(plan->counters);
   }
   // Every storage over served memory is dropped now, unless the kernel kept
   // one (it would write a user's tensor later): an error naming the op.

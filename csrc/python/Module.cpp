@@ -243,6 +243,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_sync_debug_mode", [](int mode) { setSyncDebugMode(mode); });
   m.def("_get_sync_debug_mode", [] { return syncDebugMode(); });
   m.def("_fresh_output_copies", [] { return freshOutputCopies(); });
+  m.def("_result_copies", [] { return torchneuron::resultCopies(); });
   m.def("_allocation_redirect_installed", [] { return allocationRedirectInstalled(); });
   m.def("_clear_op_tracking", [] { clearOpTracking(); });
   m.def("_set_async_path", [](bool on) { setAsyncPathEnabled(on); });
