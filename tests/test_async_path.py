@@ -385,18 +385,27 @@ def test_results_placed_in_another_output_are_moved_safely_and_kept_ones_raise()
     lib, kept = _placement_ops()
     x = torch.randn(1000)
     nx = x.to("neuron")
-    torch.ops.tnplace.swapped(nx)  # verified (scratch)
+    torch.ops.tnplace.swapped(nx)  # verified (scratch), then run
     torch.ops.tnplace.crossed(nx)
     torch.ops.tnplace.keeps(nx)
     torch.neuron.synchronize()
+    y = torch.randn(999)
+    ny = y.to("neuron")
     torchneuron.clear_op_tracking()
     torch.neuron._sleep(50_000)
-    a, b = torch.ops.tnplace.swapped(nx)
+    a, b = torch.ops.tnplace.swapped(ny)  # arguments of a new size: a call of its own
     assert torchneuron.get_op_paths()["tnplace::swapped"]["async"] == 1
     # The temporary took the first output's memory and the second result the
     # second's; the first result was computed elsewhere and copied.
-    assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
+    assert torch.equal(a.cpu(), y * 2) and torch.equal(b.cpu(), y + 1)
     assert torchneuron.get_result_copies() == {"tnplace::swapped": 1}  # tracking names the op
+    # The copy showed which allocation the result came from (the third of
+    # its size): the call's next run serves that one, and nothing is copied.
+    a, b = torch.ops.tnplace.swapped(ny)
+    assert torch.equal(a.cpu(), y * 2) and torch.equal(b.cpu(), y + 1)
+    a, b = torch.ops.tnplace.swapped(nx)  # learned in the run after verification
+    assert torch.equal(a.cpu(), x * 2) and torch.equal(b.cpu(), x + 1)
+    assert torchneuron.get_result_copies() == {"tnplace::swapped": 1}
     # Each result in the other's output: both are read before either is written.
     before = torchneuron._C._fresh_output_copies()
     a, b = torch.ops.tnplace.crossed(nx)

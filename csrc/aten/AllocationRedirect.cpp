@@ -71,19 +71,25 @@ void redirectRawDelete(void* ptr) {
   g_base->raw_deleter()(ptr);
 }
 
+// Memory of the redirect device while a guard is alive, else host memory.
+c10::DataPtr allocateElsewhere(size_t n) {
+  const c10::DeviceIndex device = t_redirect_device;
+  if (device < 0 || n == 0) return g_base->allocate(n);
+  // The current device is `device` (the generic path holds a DeviceGuard).
+  c10::DataPtr dp = getDeviceAllocator()->allocate(n);
+  dp.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
+  return dp;
+}
+
 class RedirectingCPUAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
-    if (t_placement != nullptr && n != 0) {
-      if (auto served = t_placement->serve(n)) return std::move(*served);
+    ResultPlacement* placement = n != 0 ? t_placement : nullptr;
+    if (placement != nullptr) {
+      if (auto served = placement->serve(n)) return std::move(*served);
     }
-    const c10::DeviceIndex device = t_redirect_device;
-    if (device < 0 || n == 0) {
-      return g_base->allocate(n);
-    }
-    // The current device is `device` (the generic path holds a DeviceGuard).
-    c10::DataPtr dp = getDeviceAllocator()->allocate(n);
-    dp.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
+    c10::DataPtr dp = allocateElsewhere(n);
+    if (placement != nullptr) placement->noteUnserved(n, dp.get());
     return dp;
   }
 
@@ -127,13 +133,40 @@ void ResultPlacement::stop() {
 }
 
 std::optional<c10::DataPtr> ResultPlacement::serve(size_t bytes) {
+  pending_.reset();
+  Count* count = nullptr;
+  for (Count& c : counts_)
+    if (c.bytes == bytes) count = &c;
+  if (count == nullptr) {
+    bool sized = false;
+    for (const Target& t : targets_) sized = sized || t.bytes == bytes;
+    if (!sized) return std::nullopt;
+    counts_.push_back({bytes, 0});
+    count = &counts_.back();
+  }
+  const uint32_t ordinal = count->count++;
   for (size_t i = 0; i < targets_.size(); ++i) {
-    if (state_[i] != kOpen || targets_[i].bytes != bytes) continue;
+    if (state_[i] != kOpen || targets_[i].bytes != bytes || targets_[i].ordinal != ordinal)
+      continue;
     std::optional<c10::DataPtr> served = servePlacement(targets_[i].memory);
     state_[i] = served ? kServed : kRefused;
-    return served;
+    if (served) return served;
+    break;
   }
+  pending_ = Unserved{bytes, ordinal, nullptr};
   return std::nullopt;
+}
+
+void ResultPlacement::noteUnserved(size_t bytes, const void* data) {
+  if (!pending_ || pending_->bytes != bytes) return;
+  if (unserved_.size() < kRemembered) unserved_.push_back({bytes, pending_->ordinal, data});
+  pending_.reset();
+}
+
+int64_t ResultPlacement::ordinalOf(size_t bytes, const void* data) const {
+  for (const Unserved& u : unserved_)
+    if (u.bytes == bytes && u.data == data) return u.ordinal;
+  return -1;
 }
 
 bool ResultPlacement::anyStillReferenced() const {

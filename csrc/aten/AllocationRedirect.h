@@ -28,18 +28,23 @@ class AllocationRedirectGuard {
   c10::DeviceIndex previous_;
 };
 
-// Fresh results in place: while alive, the CPU allocation on this thread of
+// Fresh results in place: while alive, one CPU allocation on this thread of
 // exactly a target's byte size is served from that target's memory (each
-// target once, the first such allocation), without owning it. A queued
-// functional kernel (no out= overload) then computes its results where the
-// device already holds its outputs, and no copy follows (QueuedKernel.cpp).
-// A temporary of that size may take a target first; the result then lands
-// elsewhere and is copied, as without the guard.
+// target once), without owning it. A queued functional kernel (no out=
+// overload) then computes its results where the device already holds its
+// outputs, and no copy follows (QueuedKernel.cpp).
+// Which allocation: the target's `ordinal`-th allocation of its size (0:
+// the first). A temporary of that size may come first (oneDNN's convolution
+// computes in a buffer of its own and then reorders into the result); the
+// result then lands elsewhere and is copied, as without the guard, and
+// ordinalOf tells which allocation it was, so that the next call of the op
+// can serve that one instead (MetaResult::placementOrdinal).
 class ResultPlacement {
  public:
   struct Target {
     void* memory;
     size_t bytes;
+    uint32_t ordinal;  // serve the kernel's allocation of `bytes` with this index
   };
   explicit ResultPlacement(c10::ArrayRef<Target> targets);
   ~ResultPlacement() { stop(); }
@@ -58,11 +63,32 @@ class ResultPlacement {
   // allocation; none when there is none, or when a storage from an earlier
   // kernel still refers to it (that kernel kept one: the target is skipped).
   std::optional<c10::DataPtr> serve(size_t bytes);
+  // The allocator's side, after an allocation serve() passed over: its memory.
+  void noteUnserved(size_t bytes, const void* data);
+
+  // The index, among this kernel's allocations of `bytes`, of the one at
+  // `data` that was not served (a result that landed elsewhere); -1 when
+  // none was (or more allocations came than are remembered).
+  int64_t ordinalOf(size_t bytes, const void* data) const;
 
  private:
   c10::SmallVector<Target, 4> targets_;
   enum State : uint8_t { kOpen, kServed, kRefused };
   c10::SmallVector<State, 4> state_;
+  // Allocations of each target size so far, and where the unserved ones went.
+  struct Count {
+    size_t bytes;
+    uint32_t count;
+  };
+  c10::SmallVector<Count, 4> counts_;
+  struct Unserved {
+    size_t bytes;
+    uint32_t ordinal;
+    const void* data;
+  };
+  static constexpr size_t kRemembered = 16;
+  c10::SmallVector<Unserved, 4> unserved_;
+  std::optional<Unserved> pending_;  // serve() passed it over; its memory comes next
   ResultPlacement* previous_;
 };
 

@@ -89,7 +89,7 @@ auto withKernelWarnings(const MetaResult& meta, F&& f) {
 }
 
 void runQueued(const Kernel& kernel, const MetaResult& meta) {
-  if (withKernelWarnings(meta, [&] { return kernel.run(); })) return;
+  if (withKernelWarnings(meta, [&] { return kernel.run(&meta); })) return;
   meta.verdict.store(MetaResult::kDisagrees, std::memory_order_release);
   TORCH_CHECK(false, "CPU's kernel for ", kernel.plan->name,
               " did not write into the layout its Meta kernel gave for these "

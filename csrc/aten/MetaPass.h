@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
+#include <array>
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -58,6 +59,13 @@ struct MetaResult {
   // (a channels_last convolution), so each call's layouts are learned from
   // CPU's kernel on scratch memory (see learnedLayouts).
   enum Verdict : int { kUnverified, kAgrees, kFunctional, kDisagrees, kLearned };
+  // Per fresh result (the first kMaxPlaced), 1 + which of the functional
+  // kernel's allocations of the result's size became the result when a
+  // call of these arguments placed it elsewhere; 0: none learned
+  // (ResultPlacement). Kept per call: a kernel's allocations depend on the
+  // sizes (oneDNN reorders an input of the output's size first, or not).
+  static constexpr size_t kMaxPlaced = 4;
+  mutable std::array<std::atomic<uint8_t>, kMaxPlaced> placementOrdinal{};
 };
 
 

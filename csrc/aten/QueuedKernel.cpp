@@ -36,12 +36,37 @@ bool sameLayout(const at::Tensor& t, const TensorRef& ref) {
 }
 
 // The fresh outputs a functional kernel's results may be computed in.
+// Each is served the kernel's allocation of its size that the op's last
+// placed-elsewhere result came from, else the one its rank among outputs of
+// that size gives (the first for the first).
 c10::SmallVector<ResultPlacement::Target, 4> placementTargets(
-    const std::vector<std::optional<TensorRef>>& outs) {
+    const std::vector<std::optional<TensorRef>>& outs, const MetaResult* meta) {
   c10::SmallVector<ResultPlacement::Target, 4> targets;
-  for (const auto& o : outs)
-    if (o && o->offset == 0 && o->storageBytes != 0) targets.push_back({o->data, o->storageBytes});
+  for (size_t f = 0; f < outs.size(); ++f) {
+    const auto& o = outs[f];
+    if (!o || o->offset != 0 || o->storageBytes == 0) continue;
+    uint32_t ordinal = 0;
+    for (const auto& t : targets) ordinal += t.bytes == o->storageBytes ? 1 : 0;
+    if (meta != nullptr && f < MetaResult::kMaxPlaced) {
+      if (const uint8_t learned = meta->placementOrdinal[f].load(std::memory_order_relaxed))
+        ordinal = learned - 1u;
+    }
+    targets.push_back({o->data, o->storageBytes, ordinal});
+  }
   return targets;
+}
+
+// A result of output `f` that landed elsewhere: if it came from an
+// allocation of its output's size the placement passed over, the op's next
+// call serves that one (a kernel allocates in the same order each call).
+void learnPlacement(const MetaResult* meta, size_t f, const ResultPlacement& placement,
+                    const at::Tensor& result, const TensorRef& out) {
+  if (meta == nullptr || f >= MetaResult::kMaxPlaced || !result.has_storage() || out.offset != 0)
+    return;
+  if (result.storage_offset() != 0 || result.storage().nbytes() != out.storageBytes) return;
+  const int64_t ordinal = placement.ordinalOf(out.storageBytes, result.storage().data());
+  if (ordinal >= 0 && ordinal < 255)
+    meta->placementOrdinal[f].store(static_cast<uint8_t>(ordinal + 1), std::memory_order_relaxed);
 }
 
 // Whether `t`'s storage overlaps device bytes `span`.
@@ -51,7 +76,7 @@ bool overlaps(const at::Tensor& t, const nrtBufferRange& span) {
 
 }  // namespace
 
-bool Kernel::run() const {
+bool Kernel::run(const MetaResult* meta) const {
   at::AutoDispatchBelowADInplaceOrView below;
   torch::jit::Stack s;
   s.reserve(slots.size() + outs.size());
@@ -79,11 +104,11 @@ bool Kernel::run() const {
   {
     // A functional kernel's fresh results may land in their outputs' memory.
     std::optional<ResultPlacement> placement;
-    if (!viaOut) placement.emplace(placementTargets(outs));
+    if (!viaOut) placement.emplace(placementTargets(outs, meta));
     target.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
     if (placement) {
       placement->stop();
-      if (!copyResults(s, *placement)) return false;
+      if (!copyResults(s, *placement, meta)) return false;
     }
   }
   for (const auto& [t, ref] : given) {
@@ -97,7 +122,8 @@ bool Kernel::run() const {
   return true;
 }
 
-bool Kernel::copyResults(torch::jit::Stack& s, const ResultPlacement& placement) const {
+bool Kernel::copyResults(torch::jit::Stack& s, const ResultPlacement& placement,
+                         const MetaResult* meta) const {
   // Results computed in place stay; the others are copied into place, each
   // read before any output it overlaps is written (a temporary's size may
   // have matched another result's output first).
@@ -109,7 +135,9 @@ bool Kernel::copyResults(torch::jit::Stack& s, const ResultPlacement& placement)
     if (!o) continue;
     const at::Tensor& result = s[r].toTensor();
     if (!sameLayout(result, *o)) return false;
-    if (result.data_ptr() != o->data) moves.emplace_back(result, &*o);
+    if (result.data_ptr() == o->data) continue;
+    moves.emplace_back(result, &*o);
+    learnPlacement(meta, f - 1, placement, result, *o);
   }
   for (auto& [result, o] : moves)
     for (const auto& other : outs)

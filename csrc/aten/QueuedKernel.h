@@ -38,10 +38,14 @@ struct Kernel {
   // Runs the kernel; false when it did not write into the layouts and
   // memory it was given (a kernel that resized or re-pointed an output wrote
   // somewhere else: its results are not on the device).
-  bool run() const;
+  // With `meta` (the call's Meta result), a functional kernel's results are
+  // placed where that call's last run showed they come from (ResultPlacement).
+  bool run(const MetaResult* meta = nullptr) const;
   // After a functional run: the fresh results that `placement` did not put
-  // in their outputs copied there; false when one has another layout.
-  bool copyResults(torch::jit::Stack& s, const ResultPlacement& placement) const;
+  // in their outputs copied there (and, with `meta`, where they came from
+  // noted); false when one has another layout.
+  bool copyResults(torch::jit::Stack& s, const ResultPlacement& placement,
+                   const MetaResult* meta) const;
 
   // The number of elements a fusion pass may split this kernel over
   // (Fusion.h): its tensors are all 0-dim or contiguous of one shape, it has
