@@ -340,6 +340,34 @@ def test_functional_kernels_compute_their_results_in_the_device_outputs():
         assert_same(g, e)
 
 
+@requires_async
+def test_convolution_results_are_placed_after_a_call_shows_where_they_come_from():
+    # oneDNN's NCHW convolution (and its backward) computes into a buffer of
+    # its own of the output's size and reorders into the result: serving the
+    # first allocation of that size placed the buffer, and every result was
+    # copied. The first call's copy shows which allocation the result is;
+    # later calls with these sizes compute every result in place.
+    def run(device):
+        torch.manual_seed(0)
+        x = torch.randn(4, 16, 8, 8).to(device).requires_grad_()
+        w = torch.randn(16, 16, 3, 3).to(device).requires_grad_()
+        y = F.conv2d(x, w, padding=1)
+        y.square().sum().backward()
+        return [y, x.grad, w.grad]
+
+    expected = run("cpu")
+    run("neuron")  # verified
+    run("neuron")  # its copies show where the results come from
+    torch.neuron.synchronize()
+    torchneuron.clear_op_tracking()
+    got = run("neuron")
+    torch.neuron.synchronize()
+    assert torchneuron.get_op_paths()["aten::convolution_backward"]["async"] >= 1
+    assert torchneuron.get_result_copies() == {}
+    for g, e in zip(got, expected):
+        assert_same(g, e)
+
+
 def _placement_ops():
     """Custom ops whose CPU kernels allocate in awkward orders, to put
     ResultPlacement's fallbacks to the test."""

@@ -37,8 +37,8 @@ class AllocationRedirectGuard {
 // the first). A temporary of that size may come first (oneDNN's convolution
 // computes in a buffer of its own and then reorders into the result); the
 // result then lands elsewhere and is copied, as without the guard, and
-// ordinalOf tells which allocation it was, so that the next call of the op
-// can serve that one instead (MetaResult::placementOrdinal).
+// ordinalOf tells which allocation it was, so that the next call with the
+// same arguments can serve that one instead (MetaResult::placementOrdinal).
 class ResultPlacement {
  public:
   struct Target {
@@ -59,7 +59,8 @@ class ResultPlacement {
   // reference, in a cache say, would later touch device outputs).
   bool anyStillReferenced() const;
 
-  // The allocator's side: the first open target of `bytes`, as a CPU
+  // The allocator's side: the open target of `bytes` whose ordinal is this
+  // allocation's index among the kernel's allocations of `bytes`, as a CPU
   // allocation; none when there is none, or when a storage from an earlier
   // kernel still refers to it (that kernel kept one: the target is skipped).
   std::optional<c10::DataPtr> serve(size_t bytes);

@@ -35,16 +35,20 @@ bool sameLayout(const at::Tensor& t, const TensorRef& ref) {
   return true;
 }
 
+// Whether a result may be computed in output `o`'s memory: its storage whole.
+bool placeable(const TensorRef& o) { return o.offset == 0 && o.storageBytes != 0; }
+
 // The fresh outputs a functional kernel's results may be computed in.
-// Each is served the kernel's allocation of its size that the op's last
-// placed-elsewhere result came from, else the one its rank among outputs of
-// that size gives (the first for the first).
+// Each is served the kernel's allocation of its size that a result of this
+// call (`meta`: these arguments) last came from when it landed elsewhere,
+// else the one its rank among outputs of that size gives (the first for the
+// first).
 c10::SmallVector<ResultPlacement::Target, 4> placementTargets(
     const std::vector<std::optional<TensorRef>>& outs, const MetaResult* meta) {
   c10::SmallVector<ResultPlacement::Target, 4> targets;
   for (size_t f = 0; f < outs.size(); ++f) {
     const auto& o = outs[f];
-    if (!o || o->offset != 0 || o->storageBytes == 0) continue;
+    if (!o || !placeable(*o)) continue;
     uint32_t ordinal = 0;
     for (const auto& t : targets) ordinal += t.bytes == o->storageBytes ? 1 : 0;
     if (meta != nullptr && f < MetaResult::kMaxPlaced) {
@@ -57,13 +61,13 @@ c10::SmallVector<ResultPlacement::Target, 4> placementTargets(
 }
 
 // A result of output `f` that landed elsewhere: if it came from an
-// allocation of its output's size the placement passed over, the op's next
-// call serves that one (a kernel allocates in the same order each call).
+// allocation of its output's size the placement passed over, the next call
+// with these arguments serves that one (a kernel allocates in the same order
+// each call).
 void learnPlacement(const MetaResult* meta, size_t f, const ResultPlacement& placement,
                     const at::Tensor& result, const TensorRef& out) {
-  if (meta == nullptr || f >= MetaResult::kMaxPlaced || !result.has_storage() || out.offset != 0)
-    return;
-  if (result.storage_offset() != 0 || result.storage().nbytes() != out.storageBytes) return;
+  if (meta == nullptr || f >= MetaResult::kMaxPlaced || !placeable(out)) return;
+  if (!result.has_storage() || result.storage_offset() != 0) return;
   const int64_t ordinal = placement.ordinalOf(out.storageBytes, result.storage().data());
   if (ordinal >= 0 && ordinal < 255)
     meta->placementOrdinal[f].store(static_cast<uint8_t>(ordinal + 1), std::memory_order_relaxed);
