@@ -238,3 +238,32 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
     for got, ref in zip(y, want):
         same(got, ref)
     same(nm, m.relu())
+
+
+@pytest.mark.skipif(torch.neuron.device_count() < 2, reason="needs two neuron devices")
+def test_direct_ops_on_another_device_keep_the_current_one():
+    # The direct paths switch the current device only when the operands are
+    # elsewhere (OnDevice): results land on the operands' device, in its
+    # memory, and the caller's current device is what it was.
+    x = torch.randn(64, 8)
+    w = torch.randn(8, 8)
+    dev = "neuron:1"
+    torch.neuron.set_device(0)
+    try:
+        a, b = x.to(dev), w.to(dev)
+        before = torch.neuron.memory_allocated(1)
+        results = {
+            "add": (a + a, x + x), "mul": (a * 2, x * 2), "relu": (torch.relu(a), torch.relu(x)),
+            "sum": (a.sum(0), x.sum(0)), "mm": (a @ b, x @ w),
+            "addmm": (torch.addmm(a[0], a, b), torch.addmm(x[0], x, w)),
+        }
+        assert torch.neuron.memory_allocated(1) > before
+        for name, (got, want) in results.items():
+            assert got.device == torch.device(dev), name
+            same(got, want)
+            assert torch.neuron.current_device() == 0, name
+        a.add_(1)
+        assert torch.neuron.current_device() == 0
+        same(a, x + 1)
+    finally:
+        torch.neuron.set_device(0)

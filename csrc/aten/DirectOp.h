@@ -20,6 +20,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/from_blob.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/util/SmallVector.h>
 
 #include <initializer_list>
@@ -78,6 +79,20 @@ inline bool floatingDtype(at::ScalarType t) {
 inline bool plainOn(const at::Tensor& t, c10::Device device) {
   return t.defined() && t.device() == device && !t.is_conj() && !t.is_neg();
 }
+
+// Makes `device` current for a direct op's allocation and launch, and
+// restores the previous one after. Calls are nearly always on the current
+// device already: then it costs one read instead of a DeviceGuard's
+// exchange and restore.
+class OnDevice {
+ public:
+  explicit OnDevice(c10::Device device) {
+    if (currentDevice() != device.index()) guard_.reset_device(device);
+  }
+
+ private:
+  c10::OptionalDeviceGuard guard_;
+};
 
 // A fresh device tensor (at::empty_strided / at::empty on the device).
 inline at::Tensor emptyDevice(c10::IntArrayRef shape, at::ScalarType dtype) {

@@ -30,7 +30,10 @@ struct CollectWarnings : c10::WarningHandler {
 
 template <class F>
 struct Closure : DeadClosure {
-  explicit Closure(F&& f) : fn(std::move(f)) {
+  // Built straight from the caller's lambda: one move of its captures (a
+  // temporary in between cost a second move of every captured operand).
+  template <class G>
+  explicit Closure(G&& f) : fn(std::forward<G>(f)) {
     destroy = [](DeadClosure* self) { delete static_cast<Closure*>(self); };
   }
   static void* operator new(size_t bytes) { return ClosureMemory::allocate(bytes); }
@@ -113,7 +116,7 @@ void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
   detail::freeDeadClosures();
   noteLaunchComputeThreads();
   flushKernelWarnings();  // what earlier work raised, at the latest host call
-  auto* heap = new detail::Closure<Fn>(Fn(std::forward<F>(fn)));
+  auto* heap = new detail::Closure<Fn>(std::forward<F>(fn));
   heap->name = work.name;
   nrtWorkDesc desc{};
   desc.name = work.name;

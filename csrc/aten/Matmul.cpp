@@ -30,7 +30,7 @@ bool realScalar(const at::Scalar& s) {
 at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   NEURON_DIRECT_OP("aten::mm");
   if (directMatmul(self, mat2)) {
-    c10::DeviceGuard guard(self.device());
+    OnDevice onDevice(self.device());
     at::Tensor out = emptyDevice({self.size(0), mat2.size(1)}, self.scalar_type());
     launchDirect(
         kName, out, {&self, &mat2},
@@ -51,7 +51,7 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
   if (directMatmul(mat1, mat2) && plainOn(self, mat1.device()) &&
       self.scalar_type() == mat1.scalar_type() && realScalar(beta) && realScalar(alpha) &&
       at::is_expandable_to(self.sizes(), {mat1.size(0), mat2.size(1)})) {
-    c10::DeviceGuard guard(mat1.device());
+    OnDevice onDevice(mat1.device());
     at::Tensor out = emptyDevice({mat1.size(0), mat2.size(1)}, mat1.scalar_type());
     launchDirect(kName, out, {&self, &mat1, &mat2},
                  [o = Operand::of(out, /*written=*/true), s = Operand::of(self),

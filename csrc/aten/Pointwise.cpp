@@ -10,7 +10,6 @@
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/result_type.h>
-#include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 namespace torchneuron {
@@ -158,9 +157,9 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   // A zero-element result's strides are TensorIterator's choice (a sliced
   // input's are not kept): the generic path gives CPU's.
   if (mode == Mode::Functional && c10::multiply_integers(shape) == 0) return {};
+  OnDevice onDevice(device);  // for the allocation and the launch
   at::Tensor out;
   if (mode == Mode::Functional) {
-    c10::DeviceGuard guard(device);
     out = allocateOutput(shape, rtype, self, other);
   } else {
     out = mode == Mode::InPlace ? self : *out_arg;
@@ -176,10 +175,7 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
       }
     }
   }
-  if (out.numel() > 0) {
-    c10::DeviceGuard guard(device);
-    enqueue(kind, name, out, self, other, alpha);
-  }
+  if (out.numel() > 0) enqueue(kind, name, out, self, other, alpha);
   return out;
 }
 

@@ -26,7 +26,7 @@ at::Tensor relu(const at::Tensor& self) {
   // TensorIterator gives a dense input's strides to the output; other
   // layouts get its own choice, on the generic path.
   if (direct(self) && self.is_non_overlapping_and_dense()) {
-    c10::DeviceGuard guard(self.device());
+    OnDevice onDevice(self.device());
     at::Tensor out = emptyDeviceStrided(self.sizes(), self.strides(), self.scalar_type());
     launchDirect(kName, out, {&self},
                  [o = Operand::of(out, /*written=*/true), in = Operand::of(self)] {
@@ -44,7 +44,7 @@ at::Tensor& relu_(at::Tensor& self) {
   NEURON_DIRECT_OP("aten::relu_");
   // An input whose elements share memory raises on CPU: the generic path says so.
   if (direct(self) && at::has_internal_overlap(self) == at::MemOverlap::No) {
-    c10::DeviceGuard guard(self.device());
+    OnDevice onDevice(self.device());
     launchDirect(kName, self, {}, [s = Operand::of(self, /*written=*/true)] {
       at::Tensor t = s.cpu();
       at::cpu::clamp_min_(t, 0);

@@ -46,7 +46,7 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
                         (!dtype.has_value() || *dtype == self.scalar_type());
   if (eligible) {
     if (auto shape = reducedShape(self, dim, keepdim)) {
-      c10::DeviceGuard guard(self.device());
+      OnDevice onDevice(self.device());
       at::Tensor out = emptyDevice(*shape, self.scalar_type());
       std::optional<at::DimVector> dims;
       if (dim.has_value()) dims = at::DimVector(*dim);

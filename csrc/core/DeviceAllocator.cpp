@@ -25,9 +25,11 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -128,6 +130,11 @@ size_t allocationSize(size_t size) {
 class DeviceCache {
  public:
   explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
+  ~DeviceCache() {
+    for (void* memory : spare_blocks_) ::operator delete(memory);
+  }
+  DeviceCache(const DeviceCache&) = delete;
+  DeviceCache& operator=(const DeviceCache&) = delete;
 
   // context: the caller's stack when history records stacks, else null.
   Block* malloc(size_t orig_size, nrtStream_t stream,
@@ -145,14 +152,13 @@ class DeviceCache {
     const bool split = pool.small ? remaining >= kMinBlockSize : remaining > kSmallSize;
     StatTypes types = statTypes(pool);
     if (split) {
-      auto* rest = new Block(device_, stream, remaining, &pool,
-                             static_cast<char*>(block->ptr) + size);
+      Block* rest = newBlock(stream, remaining, &pool, static_cast<char*>(block->ptr) + size);
       rest->prev = block;
       rest->next = block->next;
       if (rest->next) rest->next->prev = rest;
       block->next = rest;
       block->size = size;
-      pool.blocks.insert(rest);
+      poolInsert(pool, rest);
       forEach(types, [&](size_t t) {
         stats_.inactive_split[t].increase(1);
         stats_.inactive_split_bytes[t].increase(remaining);
@@ -313,7 +319,7 @@ class DeviceCache {
     // Do not let a small request fragment a much larger cached segment.
     if (!pool.small && (*it)->size >= size + kLargeBuffer) return nullptr;
     Block* block = *it;
-    pool.blocks.erase(it);
+    poolErase(pool, it);
     if (block->isSplit()) {
       forEach(statTypes(pool), [&](size_t t) {
         stats_.inactive_split[t].decrease(1);
@@ -348,7 +354,7 @@ class DeviceCache {
       stats_.segment[t].increase(1);
       stats_.reserved_bytes[t].increase(alloc_size);
     });
-    auto* block = new Block(device_, stream, alloc_size, &pool, ptr);
+    Block* block = newBlock(stream, alloc_size, &pool, ptr);
     segments_.emplace(addr(ptr), Segment{block, alloc_size, stream, &pool, context});
     if (trace_.recording()) {
       trace_.record(TraceEntry::kSegmentAlloc, addr(ptr), alloc_size, stream, context);
@@ -404,7 +410,7 @@ class DeviceCache {
         stats_.inactive_split[t].decrease(1);
         stats_.inactive_split_bytes[t].decrease(neighbour->size);
       });
-      pool.blocks.erase(neighbour);
+      if (auto it = pool.blocks.find(neighbour); it != pool.blocks.end()) poolErase(pool, it);
       if (neighbour == block->prev) {
         block->ptr = neighbour->ptr;
         block->prev = neighbour->prev;
@@ -418,9 +424,9 @@ class DeviceCache {
         if (block->next) block->next->prev = block;
       }
       block->size += neighbour->size;
-      delete neighbour;
+      deleteBlock(neighbour);
     }
-    pool.blocks.insert(block);
+    poolInsert(pool, block);
     if (block->isSplit()) {
       forEach(types, [&](size_t t) {
         stats_.inactive_split[t].increase(1);
@@ -494,7 +500,7 @@ class DeviceCache {
           ++it;
           continue;
         }
-        it = pool->blocks.erase(it);
+        it = poolErase(*pool, it);
         NEURON_WARN_IF_ERROR(nrtFree(block->ptr));
         stats_.num_device_free += 1;
         segments_.erase(addr(block->ptr));
@@ -506,13 +512,57 @@ class DeviceCache {
           stats_.segment[t].decrease(1);
           stats_.reserved_bytes[t].decrease(block->size);
         });
-        delete block;
+        deleteBlock(block);
       }
     }
   }
 
+  // Every small op splits a block when it allocates and merges it back when
+  // it frees: the Block of the split-off rest and the pool's set nodes are
+  // recycled here, as three mallocs and three frees per op were a tenth of
+  // a small op's host cost. Both are used under mutex_.
+  using PoolSet = std::set<Block*, BlockComparator>;
+  static constexpr size_t kSpares = 64;
+
+  Block* newBlock(nrtStream_t stream, size_t size, BlockPool* pool, void* ptr) {
+    void* memory = nullptr;
+    if (spare_blocks_.empty()) {
+      memory = ::operator new(sizeof(Block));
+    } else {
+      memory = spare_blocks_.back();
+      spare_blocks_.pop_back();
+    }
+    return new (memory) Block(device_, stream, size, pool, ptr);
+  }
+  void deleteBlock(Block* block) {
+    block->~Block();
+    if (spare_blocks_.size() < kSpares) {
+      spare_blocks_.push_back(block);
+    } else {
+      ::operator delete(block);
+    }
+  }
+  void poolInsert(BlockPool& pool, Block* block) {
+    if (spare_nodes_.empty()) {
+      pool.blocks.insert(block);
+      return;
+    }
+    PoolSet::node_type node = std::move(spare_nodes_.back());
+    spare_nodes_.pop_back();
+    node.value() = block;
+    pool.blocks.insert(std::move(node));
+  }
+  PoolSet::iterator poolErase(BlockPool& pool, PoolSet::iterator it) {
+    auto next = std::next(it);
+    PoolSet::node_type node = pool.blocks.extract(it);
+    if (spare_nodes_.size() < kSpares) spare_nodes_.push_back(std::move(node));
+    return next;
+  }
+
   const c10::DeviceIndex device_;
   std::recursive_mutex mutex_;
+  std::vector<void*> spare_blocks_;  // raw memory for a Block
+  std::vector<PoolSet::node_type> spare_nodes_;
   DeviceStats stats_;
   BlockPool small_{true};
   BlockPool large_{false};
