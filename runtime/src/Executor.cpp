@@ -277,13 +277,25 @@ void Executor::enqueue(Stream* s, Task&& t) {
   if (s->state == Stream::kIdle) makeReadyLocked(s);
 }
 
+uint64_t Executor::throttleTarget(uint64_t launched, uint64_t completed, uint64_t depth) {
+  // `launched` is read before `completed`: other threads' launches may have
+  // been queued and run in between, so completed can exceed it. Unsigned
+  // differences of the two used to wrap then, and a launcher early in a
+  // stream's life (launched < depth / 2) waited for a count near 2^64,
+  // forever (4 threads launching on one stream hung about once in 100 runs).
+  if (completed >= launched || launched - completed <= depth) return 0;
+  return launched - depth / 2;  // > completed + depth / 2: cannot wrap
+}
+
 void Executor::throttle(Stream* s) {
   const uint64_t launched = s->enqueued.load(std::memory_order_relaxed);
   if (launched % kThrottleEvery != 0 || currentKernel() != nullptr) return;
-  if (launched - s->completed.load(std::memory_order_acquire) <= queueDepth_) return;
+  const uint64_t target =
+      throttleTarget(launched, s->completed.load(std::memory_order_acquire), queueDepth_);
+  if (target == 0) return;
   nrtLaunchThrottleFn hook = gThrottleHook.load();
   if (hook) hook(s->handle);
-  waitFor(s, launched - queueDepth_ / 2);
+  waitFor(s, target);
 }
 
 void Executor::resume(Stream* s) {

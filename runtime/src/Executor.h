@@ -50,6 +50,9 @@ class Executor {
   // worker thread (a kernel that launches) or with NEURON_LAUNCH_BLOCKING.
   static constexpr uint64_t kThrottleEvery = 64;
   void throttle(Stream* s);
+  // The completed count a launcher that saw `launched` and `completed` waits
+  // for under queue depth `depth`; 0: it need not wait.
+  static uint64_t throttleTarget(uint64_t launched, uint64_t completed, uint64_t depth);
 
   // Resumes a parked stream (called when the event it waits for completes).
   void resume(Stream* s);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "TestUtil.h"
+#include "../src/Executor.h"
 
 namespace {
 
@@ -58,6 +59,23 @@ TEST(Concurrency, ThreadsStreamsAndEventChains) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+// The launch throttle's decision when other threads' launches ran between
+// the launcher's two reads (completed > launched): no wait. The unsigned
+// difference used to wrap, and a launcher early in a stream's life waited
+// for a count near 2^64 forever (SharedStreamKeepsPerThreadOrder below hung
+// about once in 100 runs under TSan).
+TEST(Concurrency, LaunchThrottleSurvivesLaunchesRunBetweenItsReads) {
+  using nrt::Executor;
+  constexpr uint64_t kDepth = 16384;
+  EXPECT_EQ(Executor::throttleTarget(896, 900, kDepth), 0u);
+  EXPECT_EQ(Executor::throttleTarget(896, 896, kDepth), 0u);
+  EXPECT_EQ(Executor::throttleTarget(64, 1000000, 64), 0u);
+  // A full queue still waits, for half of it to run.
+  EXPECT_EQ(Executor::throttleTarget(kDepth + 64, 0, kDepth), kDepth / 2 + 64);
+  EXPECT_EQ(Executor::throttleTarget(kDepth, 0, kDepth), 0u);  // exactly full: no wait
+  EXPECT_EQ(Executor::throttleTarget(100000, 100000 - kDepth - 1, kDepth), 100000 - kDepth / 2);
 }
 
 // Many threads enqueue on one shared stream; each thread's own kernels must
