@@ -210,6 +210,59 @@ def test_compute_threads_setting_is_applied():
     assert r.stdout.split() == [kernel, "1", "2"], r.stdout
 
 
+NICE_PROBE = """
+    import os, threading, torch, torchneuron
+    torch.set_num_threads(2)
+    main = threading.get_native_id()
+    def nices():
+        out = {}
+        for t in os.listdir("/proc/self/task"):
+            try:
+                out[int(t)] = os.getpriority(os.PRIO_PROCESS, int(t))
+            except OSError:
+                pass  # a thread that just exited
+        return out
+    a = torch.randn(1024, 1024, device="neuron")
+    for _ in range(30):
+        a = a @ a / 1024  # parallel kernels (~1 s), queued: they run while we look
+    import time; time.sleep(0.3)
+    during = nices()
+    torch.neuron.synchronize()
+    lowered = sorted(n for t, n in during.items() if t != main and n > during[main])
+    print(during[main], len(lowered), lowered[:1])
+"""
+
+
+def test_device_threads_run_below_the_host():
+    # The executor's workers and their OpenMP team threads (created by them,
+    # inheriting the value) take a lower scheduling priority than the host
+    # thread, whose Python is a step's critical path on shared cores; the
+    # host's own priority is untouched.
+    r = run_python(NICE_PROBE)
+    assert r.returncode == 0, r.stderr
+    host, lowered, first = r.stdout.strip().split(maxsplit=2)
+    assert host == "0"
+    if LAUNCH_BLOCKING:
+        assert lowered == "0"  # work runs on the user's thread: left as it is
+    else:
+        assert int(lowered) >= 2 and first == "[5]", r.stdout  # a worker and its team
+
+    r = run_python(NICE_PROBE, env={"TORCHNEURON_COMPUTE_NICE": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["0", "0"], r.stdout
+
+    r = run_python("""
+        import torch, torchneuron
+        try:
+            torch.ones(4, device="neuron").add(1)
+        except RuntimeError as e:
+            print("raised", "TORCHNEURON_COMPUTE_NICE=high" in str(e))
+        print((torch.ones(4) + 1).sum().item())
+    """, env={"TORCHNEURON_COMPUTE_NICE": "high"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["raised", "True", "8.0"], r.stdout
+
+
 def test_idle_openmp_teams_are_released():
     # libgomp's workers spin between regions only while all live teams fit the
     # cores; an idle team elsewhere makes every region pay OS wake-ups (see
