@@ -79,9 +79,11 @@ struct BlockComparator {
   }
 };
 
+using PoolSet = std::set<Block*, BlockComparator>;
+
 struct BlockPool {
   explicit BlockPool(bool small_) : small(small_) {}
-  std::set<Block*, BlockComparator> blocks;
+  PoolSet blocks;
   const bool small;
 };
 
@@ -521,7 +523,6 @@ class DeviceCache {
   // it frees: the Block of the split-off rest and the pool's set nodes are
   // recycled here, as three mallocs and three frees per op were a tenth of
   // a small op's host cost. Both are used under mutex_.
-  using PoolSet = std::set<Block*, BlockComparator>;
   static constexpr size_t kSpares = 64;
 
   Block* newBlock(nrtStream_t stream, size_t size, BlockPool* pool, void* ptr) {
