@@ -4,8 +4,12 @@ pass, and the results are bitwise those of unfused execution and of CPU.
 Every case holds the stream with a long kernel first, so the ops behind it
 are queued when the device reaches them (what a host running ahead of the
 device gives): the fusion statistics then show that they did fuse, and the
-values show that fusing changed nothing. Sizes cross ATen's per-thread split
-(32768 elements) with ragged ends, so that vector tails fall inside chains.
+values show that fusing changed nothing. A case that counts fused ops also
+checks that the device was still held once the host had queued them, and runs
+again with a longer hold when it was not (a host slowed by other load): the
+count then measures fusion, not the host's speed. Sizes cross ATen's
+per-thread split (32768 elements) with ragged ends, so that vector tails fall
+inside chains.
 """
 import math
 import os
@@ -23,9 +27,45 @@ from conftest import NEURON, chrome_trace_events, requires_async
 SIZES = [7, 2049, 4096, 32768, 32769, 65536 + 13, 200003]
 
 
+HOLD_US = 50_000  # 50 ms: the ops queued next wait behind it
+
+
+class Hold:
+    """A long kernel on the stream, so that the ops queued next wait behind it.
+
+    ended(), asked once they are queued, says whether the device got past the
+    kernel first (a host slowed by other load or a garbage collection): the
+    ops then did not all wait behind it, and a count of fused ops would
+    measure the host's speed rather than fusion."""
+
+    def __init__(self, us=HOLD_US):
+        torch.neuron.synchronize()
+        torch.neuron._sleep(us)
+        self._mark = torch.neuron.Event()
+        self._mark.record()  # completes when the kernel ends
+
+    def ended(self):
+        return self._mark.query()
+
+
 def hold_stream():
-    torch.neuron.synchronize()
-    torch.neuron._sleep(50_000)  # 50 ms: the ops below queue behind it
+    return Hold()
+
+
+def queued_behind_hold(body, make_args=tuple, tries=4):
+    """body(*make_args())'s result, its ops queued behind a Hold (the
+    arguments made before it); run again, with new arguments and a hold twice
+    as long, while the device got past the hold before body() returned.
+    Fusion statistics are cleared before each try."""
+    for attempt in range(tries):
+        args = make_args()
+        torchneuron.clear_op_tracking()
+        hold = Hold(HOLD_US << attempt)
+        out = body(*args)
+        if not hold.ended():
+            return out
+        torch.neuron.synchronize()
+    pytest.fail(f"the host never queued the ops within a {HOLD_US << (tries - 1)} us hold")
 
 
 def gelu_tanh(x):
@@ -41,12 +81,22 @@ def fusion_on():
     torchneuron.set_fusion_enabled(was)
 
 
-def run_neuron(fn, inputs, fused):
+def run_neuron(fn, inputs, fused, counted=False):
+    """fn on copies of inputs on the device, queued behind a hold. counted:
+    the caller reads fusion statistics of this run, so every op must have
+    been queued before the hold ended (queued_behind_hold)."""
     torchneuron.set_fusion_enabled(fused)
+
+    def make_args():
+        return [t.to(NEURON) for t in inputs]
+
     try:
-        args = [t.to(NEURON) for t in inputs]
-        hold_stream()
-        out = fn(*args)
+        if counted:
+            out = queued_behind_hold(fn, make_args)
+        else:
+            args = make_args()
+            hold_stream()
+            out = fn(*args)
         return [o.cpu() for o in (out if isinstance(out, (list, tuple)) else [out])]
     finally:
         torchneuron.set_fusion_enabled(True)
@@ -66,8 +116,7 @@ def test_gelu_chain_fuses_and_keeps_cpus_bits(fusion_on, n):
     x = torch.randn(n, generator=torch.Generator().manual_seed(n))
     ref = [gelu_tanh(x)]
     unfused = run_neuron(gelu_tanh, [x], fused=False)  # first calls of a kind verify, inline
-    torchneuron.clear_op_tracking()
-    fused = run_neuron(gelu_tanh, [x], fused=True)
+    fused = run_neuron(gelu_tanh, [x], fused=True, counted=True)
     stats = torchneuron.get_fusion_stats()
     assert_bitwise(fused, ref)
     assert_bitwise(unfused, ref)
@@ -239,9 +288,7 @@ def test_blocked_list_passes_split_each_tensor_as_its_kernel_does(fusion_on):
     dev = [x.to(NEURON) for x in xs]
     program([d.clone() for d in dev])  # a kind of call is verified the first time: not fused
     torch.neuron.synchronize()
-    torchneuron.clear_op_tracking()
-    hold_stream()
-    program(dev)
+    dev = queued_behind_hold(lambda ts: program(ts) or ts, lambda: ([d.clone() for d in dev],))
     assert_bitwise([d.cpu() for d in dev], ref)
     stats = torchneuron.get_fusion_stats()
     assert stats["blocked_list_passes"] >= 1 and stats["by_op"].get(
@@ -291,8 +338,7 @@ def test_foreach_ops_touching_shifted_views_at_one_index_are_not_blocked(fusion_
     inputs = [torch.randn(n + 1, generator=g)] + [torch.randn(n, generator=g) for _ in range(3)]
     ref = program(*[t.clone() for t in inputs])
     run_neuron(program, inputs, fused=True)  # the first call of a kind runs inline
-    torchneuron.clear_op_tracking()
-    assert_bitwise(run_neuron(program, inputs, fused=True), ref)
+    assert_bitwise(run_neuron(program, inputs, fused=True, counted=True), ref)
     stats = torchneuron.get_fusion_stats()
     assert stats["passes"] == 1 and stats["ops"] == 2, stats  # one pass, index by index
     assert stats["blocked_list_passes"] == 0, stats
@@ -302,14 +348,16 @@ def test_foreach_ops_touching_shifted_views_at_one_index_are_not_blocked(fusion_
 def test_synchronizing_calls_and_events_end_a_pass(fusion_on):
     x = torch.randn(50_000).to(NEURON)
     ((x * 2 + 1) * 3 - 1).cpu()  # first calls of these kinds verify, inline
-    torchneuron.clear_op_tracking()
-    hold_stream()
-    a = x * 2
-    b = a + 1
-    e = torch.neuron.Event()
-    e.record()
-    c = b * 3
-    d = c - 1
+
+    def queue():
+        a = x * 2
+        b = a + 1
+        e = torch.neuron.Event()
+        e.record()
+        c = b * 3
+        return c - 1
+
+    d = queued_behind_hold(queue)
     torch.neuron.synchronize()
     stats = torchneuron.get_fusion_stats()
     assert stats["passes"] == 2 and stats["ops"] == 4, stats
@@ -330,10 +378,15 @@ def test_profiler_shows_the_pass_of_each_fused_op(fusion_on):
     x = torch.randn(70_000).to(NEURON)
     (x * 2 + 1).cpu()  # first calls of these kinds (verification) out of the trace
     torch.neuron.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
-        hold_stream()
-        y = (x * 2 + 1) * 3
-        torch.neuron.synchronize()
+    for attempt in range(4):  # as queued_behind_hold, a trace per try
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            hold = Hold(HOLD_US << attempt)
+            y = (x * 2 + 1) * 3
+            ended = hold.ended()
+            torch.neuron.synchronize()
+        if not ended:
+            break
+    assert not ended, "the host never queued the ops within the hold"
     events = chrome_trace_events(prof)
     fused = [e for e in events if e.get("cat") == "kernel" and "fused pass" in e.get("args", {})]
     assert [e["name"] for e in fused] == ["aten::mul.Tensor", "aten::add.Tensor", "aten::mul.Tensor"]
