@@ -191,7 +191,7 @@ void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<con
 // The host side.
 
 struct Prepared {
-  std::vector<ArgSlot> slots;  // arguments for the executor
+  c10::SmallVector<ArgSlot, 2> slots;  // arguments for the executor
   std::vector<size_t> generatorSlots;  // slots whose generator is derived at enqueue
   // written device tensors and where the executor's copy of their metadata lives
   struct Written {
@@ -199,7 +199,7 @@ struct Prepared {
     std::optional<TensorRef>* ref;
     bool out;  // an out= argument (may be resized); else an in-place self
   };
-  std::vector<Written> written;
+  c10::SmallVector<Written, 1> written;
   std::string key;  // the Meta pass's inputs, for the cache; empty: uncacheable
   bool cacheable = true;
 };
@@ -448,8 +448,8 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 
   // Fresh outputs in device memory.
   c10::DeviceGuard guard(c10::Device(kNeuron, device));
-  std::vector<at::Tensor> fresh;
-  std::vector<std::optional<TensorRef>> outs;
+  c10::SmallVector<at::Tensor, 1> fresh;
+  TensorRefs outs;
   auto allocateFresh = [&fresh, &outs](const MetaResult& m) {
     fresh.clear();
     outs.clear();

@@ -40,28 +40,34 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <unordered_map>
 
 namespace torchneuron {
 namespace {
 
+// The synchronous path's state. Every call builds one before it tries the
+// asynchronous path, which uses only `device` and `counters`: the maps are
+// std::unordered_map, which allocates nothing until its first insert (ska's
+// flat map allocates a table as it is built: five mallocs and frees per
+// queued op for maps it never touched).
 struct AliasState {
   c10::DeviceIndex device = -1;
   OpCounters* counters = nullptr;  // the op's, for the copies it costs
   // device StorageImpl -> CPU alias storage (and back)
-  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> to_cpu;
-  ska::flat_hash_map<c10::StorageImpl*, at::Tensor> to_device;  // a device tensor over it
+  std::unordered_map<c10::StorageImpl*, c10::Storage> to_cpu;
+  std::unordered_map<c10::StorageImpl*, at::Tensor> to_device;  // a device tensor over it
   // CPU alias TensorImpl -> original device tensor
-  ska::flat_hash_map<c10::TensorImpl*, at::Tensor> originals;
+  std::unordered_map<c10::TensorImpl*, at::Tensor> originals;
   // device TensorImpl -> its one CPU alias: a tensor passed twice (x.op_(x),
   // op(x, out=x)) is one tensor to the kernel too, as on CPU, where kernels
   // tell in-place from out-of-place by identity (e.g. TensorIterator refuses
   // to resize an output that is also an input)
-  ska::flat_hash_map<c10::TensorImpl*, at::Tensor> by_impl;
+  std::unordered_map<c10::TensorImpl*, at::Tensor> by_impl;
   // mutable (written) tensor arguments: (original device tensor, alias)
   std::vector<std::pair<at::Tensor, at::Tensor>> written;
   // fresh CPU storages whose memory came from the device (redirect) -> the
   // device storage that adopted it
-  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> adopted;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> adopted;
 };
 
 // Moves a redirected (device-memory) DataPtr out of a CPU storage.

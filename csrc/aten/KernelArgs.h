@@ -71,12 +71,17 @@ struct TensorRef {
   }
 };
 
+// Per-call lists with room for one element in place: most arguments are one
+// tensor, most ops have one result, and every queued op builds these on the
+// host (a std::vector is a malloc and a free each).
+using TensorRefs = c10::SmallVector<std::optional<TensorRef>, 1>;
+
 // One argument: a plain value, or device tensors (single, list, optional list).
 struct ArgSlot {
   enum Kind : uint8_t { kValue, kTensor, kTensorList, kOptTensorList } kind = kValue;
-  c10::IValue value;                        // kValue, and CPU members of lists
-  std::vector<std::optional<TensorRef>> tensors;  // device tensors (nullopt: take value)
-  std::vector<c10::IValue> others;          // per list element when not a device tensor
+  c10::IValue value;                     // kValue, and CPU members of lists
+  TensorRefs tensors;                    // device tensors (nullopt: take value)
+  c10::SmallVector<c10::IValue, 1> others;  // per list element when not a device tensor
 };
 
 // The argument as the CPU kernel takes it.

@@ -44,7 +44,7 @@ bool placeable(const TensorRef& o) { return o.offset == 0 && o.storageBytes != 0
 // else the one its rank among outputs of that size gives (the first for the
 // first).
 c10::SmallVector<ResultPlacement::Target, 4> placementTargets(
-    const std::vector<std::optional<TensorRef>>& outs, const MetaResult* meta) {
+    const TensorRefs& outs, const MetaResult* meta) {
   c10::SmallVector<ResultPlacement::Target, 4> targets;
   for (size_t f = 0; f < outs.size(); ++f) {
     const auto& o = outs[f];

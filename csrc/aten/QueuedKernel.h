@@ -32,8 +32,8 @@ struct Kernel {
   c10::OperatorHandle target;  // the out= overload, or the op itself
   bool viaOut;
   const Plan* plan;
-  std::vector<ArgSlot> slots;
-  std::vector<std::optional<TensorRef>> outs;
+  c10::SmallVector<ArgSlot, 2> slots;
+  TensorRefs outs;
 
   // Runs the kernel; false when it did not write into the layouts and
   // memory it was given (a kernel that resized or re-pointed an output wrote

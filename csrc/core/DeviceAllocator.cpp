@@ -31,6 +31,7 @@
 #include <mutex>
 #include <new>
 #include <set>
+#include <unordered_set>
 #include <sstream>
 #include <vector>
 
@@ -62,7 +63,11 @@ struct Block {
   bool allocated = false;
   Block* prev = nullptr;  // neighbours within the same segment
   Block* next = nullptr;
-  ska::flat_hash_set<nrtStream_t> stream_uses;
+  // Other streams that used it (recordStream); almost always none. A
+  // std::unordered_set allocates nothing until its first insert, where
+  // ska's flat set allocates a table as it is built: a malloc and a free
+  // per Block, so per op, for a set that stays empty.
+  std::unordered_set<nrtStream_t> stream_uses;
   int event_count = 0;  // outstanding events before reuse
   std::shared_ptr<c10::GatheredContext> context;  // allocation stack (history on)
 
