@@ -1,5 +1,5 @@
-"""The direct paths of add, sub, mul, div, relu, sum, mm and addmm
-(csrc/aten/DirectOp.h).
+"""The direct paths of add, sub, mul, div, relu, sum, mm, addmm, fill_ and
+zero_ (csrc/aten/DirectOp.h).
 
 Each hot op checks its arguments on the host and queues CPU's kernel over
 device memory, skipping the generic path's boxing, keys and Meta pass. The
@@ -136,6 +136,56 @@ def test_relu_inplace_on_overlapping_memory_raises_as_cpu():
     assert str(neuron_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]
 
 
+def bits(t):
+    return t.contiguous().view(-1).view(torch.uint8) if t.dtype != torch.bool else t
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int32, torch.bool, torch.complex64])
+@pytest.mark.parametrize("shape", [(64,), (3, 5, 7), (2, 3, 4, 5), (70, 70)])
+def test_fill_and_zero_match_cpu(dtype, shape):
+    # Bits are compared: -0.0 and NaN payloads included.
+    values = [0, 7, True] if dtype in (torch.int32, torch.bool) else [2.5, -0.0, 7, float("inf"), float("nan"), 1e-40]
+    for x, nx in layouts(shape, torch.float32):
+        x, nx = x.to(dtype), nx.to(dtype)
+        for value in values:
+            a, na = x.clone(), nx.clone()
+            a.fill_(value)
+            na.fill_(value)
+            assert torch.equal(bits(na.cpu()), bits(a))
+        a, na = x.clone(), nx.clone()
+        a.zero_()
+        na.zero_()
+        assert torch.equal(bits(na.cpu()), bits(a)) and na.stride() == a.stride()
+    # Factories that end in them, and an expanded tensor (CPU fills it as is).
+    same(torch.zeros(shape, dtype=dtype, device="neuron"), torch.zeros(shape, dtype=dtype))
+    same(torch.ones(shape, dtype=dtype, device="neuron"), torch.ones(shape, dtype=dtype))
+    same(torch.full(shape, 3, dtype=dtype, device="neuron"), torch.full(shape, 3, dtype=dtype))
+    base, nbase = torch.randn(1, 4).to(dtype), on(torch.randn(1, 4)).to(dtype)
+    nbase.copy_(base)
+    base.expand(3, 4).fill_(1)
+    nbase.expand(3, 4).fill_(1)
+    base.expand(3, 4).zero_()
+    nbase.expand(3, 4).zero_()
+    same(nbase, base)
+
+
+@pytest.mark.parametrize("call", [
+    lambda t: t.half().fill_(1e10),        # out of Half's range
+    lambda t: t.fill_(complex(1, 2)),      # a complex value into a real tensor
+    # out of int32's range, after a fill of the same kind (through the generic
+    # path, that one was verified and this one queued: it failed on the
+    # device and was reported at a later call)
+    lambda t: t.int().fill_(3).fill_(2.0 ** 40),
+])
+def test_bad_fills_raise_as_cpu_and_the_device_keeps_working(call):
+    with pytest.raises(RuntimeError) as cpu_err:
+        call(torch.zeros(5))
+    with pytest.raises(RuntimeError) as neuron_err:
+        call(on(torch.zeros(5)))
+    assert str(neuron_err.value) == str(cpu_err.value)
+    same(on(torch.ones(3)).fill_(2), torch.ones(3).fill_(2))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim,keepdim", [
     (None, False), ((), False), (0, False), (-1, True), ((0, 2), False), ((2, 0), True),
@@ -225,16 +275,23 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
     nx, nw, nb, nm = on(x), on(w), on(b), on(m)
     torch.neuron.synchronize()
     torchneuron._C._set_async_path(False)
+    torchneuron.clear_op_tracking()
     try:
         torch.neuron._sleep(300_000)
         y = [torch.relu(nx), nx.sum(), nx.sum(1, keepdim=True), torch.mm(nm, nm),
-             F.linear(nx, nw, nb), nx + nx, nx - 1, nx * nx, nx / 3]
+             F.linear(nx, nw, nb), nx + nx, nx - 1, nx * nx, nx / 3,
+             torch.empty_like(nx).fill_(2.5), torch.empty_like(nx).zero_()]
         nm.relu_()
         assert not torch.neuron.current_stream().query()
+        # And each op was queued (a synchronous op early in the list would
+        # drain the stream, and the ops after it could still pass the check
+        # above).
+        paths = torchneuron.get_op_paths()
+        assert all(p["fallback"] == 0 and p["inline"] == 0 for p in paths.values()), paths
     finally:
         torchneuron._C._set_async_path(True)
     want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), torch.mm(m, m), F.linear(x, w, b),
-            x + x, x - 1, x * x, x / 3]
+            x + x, x - 1, x * x, x / 3, torch.full_like(x, 2.5), torch.zeros_like(x)]
     for got, ref in zip(y, want):
         same(got, ref)
     same(nm, m.relu())
