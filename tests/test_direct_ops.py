@@ -1,5 +1,5 @@
-"""The direct paths of add, sub, mul, div, relu, sum, mm, addmm, fill_ and
-zero_ (csrc/aten/DirectOp.h).
+"""The direct paths of add, sub, mul, div, relu, sum, mm, addmm, fill_, zero_
+and common unary ops (csrc/aten/DirectOp.h).
 
 Each hot op checks its arguments on the host and queues CPU's kernel over
 device memory, skipping the generic path's boxing, keys and Meta pass. The
@@ -108,6 +108,45 @@ def test_relu_matches_cpu(dtype, shape):
         x.relu_()
         nx.relu_()
         same(nx, x)
+
+
+UNARY = ["exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", "neg", "abs",
+         "reciprocal", "log1p", "expm1"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", UNARY + ["silu"])
+def test_unary_ops_match_cpu(op, dtype):
+    # Values over each op's domain and outside it (NaN results), signed
+    # zeros, infinities and tiny values; contiguous, transposed and sliced
+    # inputs (made on each device), and a large one the direct path leaves
+    # to fusion. Bits and strides are compared, NaNs included.
+    f = getattr(F, op) if op == "silu" else getattr(torch, op)
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30, -1e-30])
+    views = [lambda t: t, lambda t: t.transpose(0, -1), lambda t: t[..., ::2]]
+    for shape in [(64,), (3, 5, 7), (2, 3, 4, 5), (70, 70), (5000,)]:
+        base = torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 4
+        base.view(-1)[:7] = special
+        base = base.to(dtype)
+        for view in views:
+            x, nx = view(base), view(on(base))
+            got, want = f(nx).cpu(), f(x)
+            assert got.stride() == want.stride(), (op, dtype, shape)
+            assert torch.equal(bits(got), bits(want)), (op, dtype, shape)
+
+
+def test_unary_ops_on_other_dtypes_take_the_generic_path():
+    x = torch.tensor([-3, 0, 4], dtype=torch.int32)
+    same(torch.exp(on(x)), torch.exp(x))       # promoted to float
+    same(torch.neg(on(x)), torch.neg(x))       # stays integral
+    same(torch.abs(on(x)), torch.abs(x))
+    z = torch.randn(4, dtype=torch.complex64)
+    same(torch.abs(on(z)), torch.abs(z))       # a real result
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch.neg(torch.tensor([True]))
+    with pytest.raises(RuntimeError) as neuron_err:
+        torch.neg(on(torch.tensor([True])))
+    assert str(neuron_err.value) == str(cpu_err.value)
 
 
 def test_relu_keeps_nan_and_signed_zero_as_cpu():
@@ -280,7 +319,8 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
         torch.neuron._sleep(300_000)
         y = [torch.relu(nx), nx.sum(), nx.sum(1, keepdim=True), torch.mm(nm, nm),
              F.linear(nx, nw, nb), nx + nx, nx - 1, nx * nx, nx / 3,
-             torch.empty_like(nx).fill_(2.5), torch.empty_like(nx).zero_()]
+             torch.empty_like(nx).fill_(2.5), torch.empty_like(nx).zero_(),
+             *[getattr(torch, op)(nx) for op in UNARY], F.silu(nx)]
         nm.relu_()
         assert not torch.neuron.current_stream().query()
         # And each op was queued (a synchronous op early in the list would
@@ -291,7 +331,8 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
     finally:
         torchneuron._C._set_async_path(True)
     want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), torch.mm(m, m), F.linear(x, w, b),
-            x + x, x - 1, x * x, x / 3, torch.full_like(x, 2.5), torch.zeros_like(x)]
+            x + x, x - 1, x * x, x / 3, torch.full_like(x, 2.5), torch.zeros_like(x),
+            *[getattr(torch, op)(x) for op in UNARY], F.silu(x)]
     for got, ref in zip(y, want):
         same(got, ref)
     same(nm, m.relu())

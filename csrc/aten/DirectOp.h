@@ -1,5 +1,6 @@
 // Direct paths: unboxed kernels for the hottest ops (add, sub, mul, div,
-// relu, sum, mm, addmm), the cheapest way an op reaches the device.
+// relu, sum, mm, addmm, fill_, zero_, common unary ops), the cheapest way an
+// op reaches the device.
 //
 // The host checks every precondition the CPU kernel would check, computes
 // the output's metadata, allocates it and queues the CPU kernel over raw
