@@ -163,6 +163,37 @@ def test_an_argument_error_in_a_python_meta_kernel_leaves_the_op_asynchronous():
     assert "'async': 1" in r.stdout and "'fallback': 0" in r.stdout, r.stdout
 
 
+@requires_async
+def test_a_user_error_a_meta_kernel_calls_not_implemented_leaves_the_op_asynchronous():
+    # neg's Meta kernel raises NotImplementedError for a bool tensor, the word a Meta
+    # kernel also uses for "no answer for this op". CPU raises too: the user's error,
+    # and later negations must still queue (a whole Llama step waited on each
+    # rotate_half after one such call). Fresh process: the op's state is process-wide.
+    r = run_python(
+        """
+        import torch, torchneuron
+        try:
+            torch.neg(torch.tensor([True], device="neuron"))
+        except RuntimeError as e:
+            print("raised:", type(e).__name__, "bool tensor" in str(e))
+        x = torch.tensor([[-3, 0, 4, 7]], dtype=torch.int32, device="neuron")[:, 1:]
+        torch.neg(x)  # an int32 view: the generic path (the first of its kind runs inline)
+        torch.neuron.synchronize()
+        torch.neuron._sleep(300_000)
+        torchneuron.clear_op_tracking()
+        z = torch.neg(x)
+        print("queued:", not torch.neuron.current_stream().query())
+        print("waits:", torchneuron.get_host_waits())
+        print("paths:", torchneuron.get_op_paths()["aten::neg"])
+        print("equal:", z.cpu().tolist() == [[0, -4, -7]])
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "raised: NotImplementedError True" in r.stdout, r.stdout
+    assert "queued: True" in r.stdout and "waits: []" in r.stdout, r.stdout
+    assert "equal: True" in r.stdout and "'fallback': 0" in r.stdout, r.stdout
+
+
 @pytest.mark.parametrize("async_path", [True, False], ids=["queued", "synchronous"])
 @pytest.mark.parametrize("n", [5, 40000])
 def test_foreach_tensor_overloads_take_cpu_scalars_as_cuda_does(both_paths, async_path, n):

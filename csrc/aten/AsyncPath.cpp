@@ -377,8 +377,10 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     return refuse("an argument is not a dense tensor on this device (or a CPU scalar)");
 
   // Shapes, dtypes and argument checks, from the Meta backend (cached).
-  bool metaRanNow = false;
-  std::shared_ptr<const MetaResult> meta = metaFor(op, *plan, *stack, begin, p.key, p.cacheable, metaRanNow);
+  bool metaRanNow = false, metaRefused = false;
+  std::shared_ptr<const MetaResult> meta =
+      metaFor(op, *plan, *stack, begin, p.key, p.cacheable, metaRanNow, metaRefused);
+  if (metaRefused && verify != nullptr) verify->refusedBy = &op;
   if (!meta || meta->written.size() != p.written.size())
     return refuse("no Meta result for these arguments");
   // The Python warning reached the user now; the synchronous path must not repeat it.
@@ -537,6 +539,9 @@ bool tryAsyncPath(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 }
 
 void AsyncVerify::finish() {
+  // CPU's kernel ran the call the Meta kernel refused: the refusal was about
+  // the op, not about bad arguments.
+  if (refusedBy != nullptr) markIneligible(*refusedBy);
   if (!meta) return;
   meta->verdict.store(MetaResult::kDisagrees, std::memory_order_release);
   recordVerdict(kind, MetaResult::kDisagrees);

@@ -28,6 +28,9 @@ struct AsyncVerify {
   std::shared_ptr<const MetaResult> meta;  // null: nothing to record
   std::string kind;                        // the arguments' kind (AsyncPath.cpp)
   const char* refusal = nullptr;           // why the op is not queued, for tools
+  // The Meta kernel refused the op (MetaPass.h): once CPU's kernel has run
+  // the call, finish() takes the op off the asynchronous path.
+  const c10::OperatorHandle* refusedBy = nullptr;
   // This call's Meta pass (a Python meta kernel) already warned that an out=
   // tensor was resized: the synchronous path drops CPU's kernel's copy.
   bool resizeWarned = false;

@@ -48,9 +48,11 @@ c10::IValue metaArg(const c10::IValue& iv, bool generator) {
   return mapTensors(iv, toMeta);
 }
 
-// Runs the op on Meta tensors. Returns nullptr when the slow path must run.
+// Runs the op on Meta tensors. Returns nullptr when the slow path must run
+// (refused: the Meta kernel said it has no answer for the op).
 std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const Plan& plan,
-                                          const torch::jit::Stack& stack, size_t begin) {
+                                          const torch::jit::Stack& stack, size_t begin,
+                                          bool& refused) {
   const size_t n = plan.writtenArg.size();
   torch::jit::Stack meta;
   meta.reserve(n);
@@ -74,14 +76,14 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
     c10::WarningUtils::WarningHandlerGuard guard(&held);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const c10::NotImplementedError&) {
-    markIneligible(op);  // no Meta kernel, or a data-dependent result
+    refused = true;  // no Meta kernel, a data-dependent result, or a dtype it lacks
     return nullptr;
   } catch (const c10::Error&) {
     return nullptr;  // the slow path raises the CPU kernel's own error
   } catch (...) {
     // A Python meta kernel raised: it refused the op (data-dependent output,
     // e.g. nonzero), or it rejected these arguments as CPU's kernel will.
-    if (isRefusal(std::current_exception())) markIneligible(op);
+    refused = isRefusal(std::current_exception());
     return nullptr;
   }
   if (meta.size() != plan.returnArg.size()) return nullptr;
@@ -115,15 +117,17 @@ std::shared_ptr<const MetaResult> runMeta(const c10::OperatorHandle& op, const P
 // (ranNow: the Meta pass ran for this call, not taken from the cache.)
 std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
                                           const torch::jit::Stack& stack, size_t begin,
-                                          const std::string& key, bool cacheable, bool& ranNow) {
+                                          const std::string& key, bool cacheable, bool& ranNow,
+                                          bool& refused) {
   ranNow = false;
+  refused = false;
   MetaCache& cache = metaCache();
   if (cacheable) {
     std::lock_guard<std::mutex> lk(cache.mu);
     auto it = cache.entries.find(key);
     if (it != cache.entries.end()) return it->second;
   }
-  auto result = runMeta(op, plan, stack, begin);
+  auto result = runMeta(op, plan, stack, begin, refused);
   ranNow = true;
   if (result && cacheable) {
     std::lock_guard<std::mutex> lk(cache.mu);

@@ -72,17 +72,22 @@ struct MetaResult {
 // The Meta result for the call of `op` with arguments stack[begin, ...):
 // from the cache under `key` when `cacheable`, else from a Meta pass run now
 // (ranNow). Null when the Meta pass cannot settle the call (the synchronous
-// path runs it; an op without a Meta kernel is marked ineligible).
+// path runs it). `refused`: the Meta kernel said it has no answer (no Meta
+// kernel, a data-dependent result). Meta kernels say so for some bad
+// arguments too (neg of a bool tensor raises NotImplementedError), so the
+// caller takes the op off the asynchronous path only once CPU's kernel ran
+// the same call without an error (AsyncVerify::finish).
 std::shared_ptr<const MetaResult> metaFor(const c10::OperatorHandle& op, const Plan& plan,
                                           const torch::jit::Stack& stack, size_t begin,
-                                          const std::string& key, bool cacheable, bool& ranNow);
+                                          const std::string& key, bool cacheable, bool& ranNow,
+                                          bool& refused);
 
 // Meta kernels written in Python raise Python exceptions, which reach C++ as
 // exceptions this library cannot look into (it does not depend on Python).
 // The bindings install a test that tells a refusal (NotImplementedError, or
 // fake tensors' data-dependent and dynamic-shape exceptions: no Meta answer
-// exists for the op, so it leaves the asynchronous path for good) from an
-// error about these arguments (a shape mismatch: the synchronous path raises
+// exists for the op, so it leaves the asynchronous path once CPU's kernel
+// runs the call) from an error about these arguments (a shape mismatch: the synchronous path raises
 // CPU's error for this call only). Without a test every foreign exception
 // counts as a refusal.
 using ForeignMetaRefusalTest = bool (*)(std::exception_ptr error);
