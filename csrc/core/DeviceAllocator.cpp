@@ -144,8 +144,9 @@ class DeviceCache {
   DeviceCache& operator=(const DeviceCache&) = delete;
 
   // context: the caller's stack when history records stacks, else null.
-  Block* malloc(size_t orig_size, nrtStream_t stream,
-                std::shared_ptr<c10::GatheredContext> context) {
+  // The block is entered in live_ under the same lock as the allocation.
+  void* malloc(size_t orig_size, nrtStream_t stream,
+               std::shared_ptr<c10::GatheredContext> context) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     processEvents();
     const size_t size = roundSize(orig_size);
@@ -184,12 +185,19 @@ class DeviceCache {
       stats_.active_bytes[t].increase(block->size);
       stats_.requested_bytes[t].increase(orig_size);
     });
-    return block;
+    live_[block->ptr] = block;
+    return block->ptr;
   }
 
-  // context: the caller's stack when history records stacks of frees.
-  void free(Block* block, std::shared_ptr<c10::GatheredContext> context) {
+  // Frees the block at `ptr` when this device allocated it; false when it
+  // did not (the pointer is another device's). context: the caller's stack
+  // when history records stacks of frees.
+  bool free(void* ptr, std::shared_ptr<c10::GatheredContext>& context) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return false;
+    Block* block = it->second;
+    live_.erase(it);
     if (trace_.recording()) {
       trace_.record(TraceEntry::kFreeRequested, addr(block->ptr), block->requested,
                     block->stream, context);
@@ -214,12 +222,17 @@ class DeviceCache {
     } else {
       freeBlock(block, std::move(context));
     }
+    return true;
   }
 
-  void recordStream(Block* block, nrtStream_t stream) {
+  // False when `ptr` is not a live block of this device.
+  bool recordStream(void* ptr, nrtStream_t stream) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    if (stream == block->stream) return;
-    block->stream_uses.insert(stream);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return false;
+    Block* block = it->second;
+    if (stream != block->stream) block->stream_uses.insert(stream);
+    return true;
   }
 
   void emptyCache() {
@@ -575,6 +588,10 @@ class DeviceCache {
   std::deque<std::pair<nrtEvent_t, Block*>> pending_;
   std::vector<nrtEvent_t> free_events_;
   std::map<uintptr_t, Segment> segments_;  // by address: snapshots list them in order
+  // Allocated blocks by address, what a DataPtr's deleter gets. Kept per
+  // device, under the device's lock: one lock per allocation and per free
+  // (a second, global table and its mutex were two more per op).
+  ska::flat_hash_map<void*, Block*> live_;
   DeviceTrace trace_;
 };
 
@@ -604,13 +621,8 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     nrtStream_t stream = getCurrentStream(device).handle();
     std::shared_ptr<c10::GatheredContext> context;
     if (C10_UNLIKELY(memoryHistoryEnabled())) context = gatherContext(RecordContext::kState);
-    Block* block = cache(device).malloc(nbytes, stream, std::move(context));
-    {
-      std::lock_guard<std::mutex> lock(blocks_mutex_);
-      live_[block->ptr] = block;
-    }
-    return c10::DataPtr(block->ptr, block->ptr, &rawDelete,
-                        c10::Device(c10::DeviceType::PrivateUse1, device));
+    void* ptr = cache(device).malloc(nbytes, stream, std::move(context));
+    return c10::DataPtr(ptr, ptr, &rawDelete, c10::Device(c10::DeviceType::PrivateUse1, device));
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &rawDelete; }
@@ -627,17 +639,15 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     // the parent is dropped without touching the cache (a deleter must not
     // throw).
     if (isInBadFork()) return;
-    Block* block = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(blocks_mutex_);
-      auto it = live_.find(ptr);
-      TORCH_INTERNAL_ASSERT(it != live_.end(), "neuron allocator: freeing unknown pointer ", ptr);
-      block = it->second;
-      live_.erase(it);
-    }
     std::shared_ptr<c10::GatheredContext> context;
     if (C10_UNLIKELY(memoryHistoryEnabled())) context = gatherContext(RecordContext::kAll);
-    cache(block->device).free(block, std::move(context));
+    // The device that allocated it: with one device, the only one; with
+    // several, the one whose table holds the pointer.
+    bool freed = false;
+    for (auto& c : caches()) {
+      if ((freed = c->free(ptr, context))) break;
+    }
+    TORCH_INTERNAL_ASSERT(freed, "neuron allocator: freeing unknown pointer ", ptr);
   }
 
   bool initialized() override { return isInitialized(); }
@@ -649,14 +659,10 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
     if (!ptr.get() || ptr.get_deleter() != &rawDelete) return;
-    Block* block = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(blocks_mutex_);
-      auto it = live_.find(ptr.get());
-      if (it == live_.end()) return;
-      block = it->second;
+    const nrtStream_t handle = streamHandle(stream);
+    for (auto& c : caches()) {
+      if (c->recordStream(ptr.get(), handle)) return;
     }
-    cache(block->device).recordStream(block, streamHandle(stream));
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
@@ -702,8 +708,6 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     return *caches()[device];
   }
 
-  std::mutex blocks_mutex_;
-  ska::flat_hash_map<void*, Block*> live_;
 };
 
 // Never destroyed: a tensor can be freed after this library's static
