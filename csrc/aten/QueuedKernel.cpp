@@ -325,6 +325,18 @@ void Kernel::runListRange(int64_t begin, int64_t end) const {
   torch::jit::Stack s;
   s.reserve(slots.size());
   CpuStorages storages;
+  if (plan->perTensorOut) {
+    // (self, out), index by index: CPU's foreach .out kernel would compute
+    // every result into fresh memory and copy it into place (an optimizer's
+    // _foreach_sqrt: a malloc, a free and a copy per tensor per step).
+    for (int64_t j = begin; j < end; ++j) {
+      s.clear();
+      s.emplace_back(slots[0].tensors[j]->cpu(storages));
+      s.emplace_back(slots[1].tensors[j]->cpu(storages));
+      plan->perTensorOut->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    }
+    return;
+  }
   for (const ArgSlot& slot : slots) {
     if (slot.kind == ArgSlot::kTensorList) {
       c10::List<at::Tensor> part;
