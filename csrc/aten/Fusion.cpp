@@ -208,15 +208,38 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
   return false;
 }
 
-// Whether two index spans, one of them written, may not both be in a list
-// pass: written memory may be touched only by its own index (a span of every
-// index, index -1, belongs to all of them).
-bool indexConflict(const FusibleOp::IndexSpan& x, const FusibleOp::IndexSpan& y) {
-  if (!x.write && !y.write) return false;
-  const char* xp = static_cast<const char*>(x.range.ptr);
-  const char* yp = static_cast<const char*>(y.range.ptr);
-  const bool overlap = xp < yp + y.range.bytes && yp < xp + x.range.bytes;
-  return overlap && (x.index != y.index || x.index < 0);
+using SpanList = std::vector<const FusibleOp::IndexSpan*>;
+
+bool byAddress(const FusibleOp::IndexSpan* a, const FusibleOp::IndexSpan* b) {
+  return a->range.ptr < b->range.ptr;
+}
+
+// Whether no two overlapping spans of `sorted` (by address), one of them
+// written, make `conflict(x, y)` true.
+template <class Conflict>
+bool noConflictingOverlap(const SpanList& sorted, Conflict conflict) {
+  for (size_t a = 0; a < sorted.size(); ++a) {
+    const char* endA = static_cast<const char*>(sorted[a]->range.ptr) + sorted[a]->range.bytes;
+    for (size_t b = a + 1; b < sorted.size() && sorted[b]->range.ptr < endA; ++b) {
+      const auto& x = *sorted[a];
+      const auto& y = *sorted[b];
+      if ((x.write || y.write) && conflict(x, y)) return false;
+    }
+  }
+  return true;
+}
+
+// The non-empty index spans of `op`, appended to `out`.
+void appendSpans(const FusibleOp& op, SpanList& out) {
+  for (const auto& span : op.indexSpans)
+    if (span.range.bytes != 0) out.push_back(&span);
+}
+
+// A list pass's rule for two overlapping spans, one of them written: written
+// memory may be touched only by its own index (a span of every index, index
+// -1, belongs to all of them).
+bool otherIndex(const FusibleOp::IndexSpan& x, const FusibleOp::IndexSpan& y) {
+  return x.index != y.index || x.index < 0;
 }
 
 // The index spans of a list pass being formed, sorted by address: a
@@ -231,38 +254,27 @@ class ListPassSpans {
   // another of its own or of the pass (indexwiseIndependent of the pass
   // with op, given the pass's own check); else changes nothing.
   bool admit(const FusibleOp& op) {
-    std::vector<Entry> fresh;
-    fresh.reserve(op.indexSpans.size());
-    for (const auto& span : op.indexSpans)
-      if (span.range.bytes != 0) fresh.push_back({&span, true});
+    SpanList fresh;
+    appendSpans(op, fresh);
     std::sort(fresh.begin(), fresh.end(), byAddress);
-    std::vector<Entry> merged;
+    SpanList merged;
     merged.reserve(spans_.size() + fresh.size());
     std::merge(spans_.begin(), spans_.end(), fresh.begin(), fresh.end(),
                std::back_inserter(merged), byAddress);
-    for (size_t a = 0; a < merged.size(); ++a) {
-      const FusibleOp::IndexSpan& x = *merged[a].span;
-      const char* endA = static_cast<const char*>(x.range.ptr) + x.range.bytes;
-      for (size_t b = a + 1; b < merged.size() && merged[b].span->range.ptr < endA; ++b) {
-        // Pairs within the pass were checked when their ops joined it.
-        if (!merged[a].fresh && !merged[b].fresh) continue;
-        if (indexConflict(x, *merged[b].span)) return false;
-      }
-    }
-    for (Entry& e : merged) e.fresh = false;
+    // Pairs within the pass were checked when their ops joined it.
+    const auto* first = op.indexSpans.data();
+    const auto* last = first + op.indexSpans.size();
+    auto ofOp = [&](const FusibleOp::IndexSpan& x) { return &x >= first && &x < last; };
+    if (!noConflictingOverlap(merged, [&](const auto& x, const auto& y) {
+          return (ofOp(x) || ofOp(y)) && otherIndex(x, y);
+        }))
+      return false;
     spans_ = std::move(merged);
     return true;
   }
 
  private:
-  struct Entry {
-    const FusibleOp::IndexSpan* span;
-    bool fresh;  // of the candidate
-  };
-  static bool byAddress(const Entry& a, const Entry& b) {
-    return a.span->range.ptr < b.span->range.ptr;
-  }
-  std::vector<Entry> spans_;
+  SpanList spans_;
 };
 
 nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_t* failed) {
@@ -344,31 +356,15 @@ namespace {
 // make `conflict(x, y)` true (spans swept by address).
 template <class Conflict>
 bool noConflictingOverlap(c10::ArrayRef<const FusibleOp*> ops, Conflict conflict) {
-  std::vector<const FusibleOp::IndexSpan*> spans;
-  for (const FusibleOp* op : ops)
-    for (const auto& s : op->indexSpans)
-      if (s.range.bytes != 0) spans.push_back(&s);
-  std::sort(spans.begin(), spans.end(), [](const auto* a, const auto* b) {
-    return a->range.ptr < b->range.ptr;
-  });
-  for (size_t a = 0; a < spans.size(); ++a) {
-    const char* endA = static_cast<const char*>(spans[a]->range.ptr) + spans[a]->range.bytes;
-    for (size_t b = a + 1; b < spans.size() && spans[b]->range.ptr < endA; ++b) {
-      const auto& x = *spans[a];
-      const auto& y = *spans[b];
-      if ((x.write || y.write) && conflict(x, y)) return false;
-    }
-  }
-  return true;
+  SpanList spans;
+  for (const FusibleOp* op : ops) appendSpans(*op, spans);
+  std::sort(spans.begin(), spans.end(), byAddress);
+  return noConflictingOverlap(spans, conflict);
 }
 }  // namespace
 
 bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
-  // Written memory may be touched only by its own index (a span of every
-  // index, index -1, belongs to all of them): indexConflict.
-  return noConflictingOverlap(ops, [](const auto& x, const auto& y) {
-    return x.index != y.index || x.index < 0;
-  });
+  return noConflictingOverlap(ops, otherIndex);
 }
 
 bool indexwiseElementwise(c10::ArrayRef<const FusibleOp*> ops) {

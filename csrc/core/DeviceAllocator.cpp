@@ -707,7 +707,6 @@ class NeuronCachingAllocator final : public c10::DeviceAllocator {
     checkDeviceIndex(device);
     return *caches()[device];
   }
-
 };
 
 // Never destroyed: a tensor can be freed after this library's static
