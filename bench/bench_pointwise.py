@@ -18,7 +18,9 @@ alternate between repeats so both see the same machine load; the load
 average is printed. "unfused" is neuron with adaptive eager fusion off
 (torchneuron.set_fusion_enabled(False)), timed in the same alternation: the
 A/B of what fusion gives (for AdamW it also keeps the foreach lists on one
-thread).
+thread). For AdamW, "no list loops" is neuron fused but with list passes
+calling each op's CPU kernel instead of computing mul/div/add/lerp/addcmul/
+addcdiv in loops of their own (csrc/aten/ListLoop.h), in the same alternation.
 """
 import argparse
 import math
@@ -62,8 +64,11 @@ def sync(device):
 
 
 def timed(fn, device, iters):
-    # "unfused": neuron with adaptive eager fusion off, the A/B of what it gives.
+    # "unfused": neuron with adaptive eager fusion off, the A/B of what it gives;
+    # "no loops": fused, but list passes call every op's CPU kernel (no list
+    # loops), the A/B of what those give an optimizer step.
     torchneuron.set_fusion_enabled(device != "unfused")
+    torchneuron._C._set_list_loops_enabled(device != "no loops")
     try:
         fn()
         sync(device)
@@ -74,12 +79,14 @@ def timed(fn, device, iters):
         return (time.perf_counter() - start) / iters
     finally:
         torchneuron.set_fusion_enabled(True)
+        torchneuron._C._set_list_loops_enabled(True)
 
 
 def report(name, res, gbs, triad, same):
     c, d, u = (statistics.median(res[k]) for k in ("cpu", "neuron", "unfused"))
+    loops = f", no list loops {c / statistics.median(res['no loops']):.2f}x" if "no loops" in res else ""
     print(f"  {name:<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
-          f"speed neuron / cpu {c / d:.2f}x (target >= 2; unfused {c / u:.2f}x)  bandwidth cpu "
+          f"speed neuron / cpu {c / d:.2f}x (target >= 2; unfused {c / u:.2f}x{loops})  bandwidth cpu "
           f"{gbs(c):.1f} GB/s ({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s "
           f"({gbs(d) / triad:.2f})  bitwise equal: {same}")
 
@@ -107,7 +114,10 @@ def main():
     p.add_argument("--sizes", default="1M,16M")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--chains", default="gelu_tanh,layer_norm,adamw",
+                   help="which of gelu_tanh, layer_norm, adamw to run")
     args = p.parse_args()
+    chosen = set(args.chains.split(","))
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
           f"torch threads {torch.get_num_threads()}")
     for size in args.sizes.split(","):
@@ -117,22 +127,26 @@ def main():
         x_cpu = torch.randn(n // 1024, 1024, generator=torch.Generator().manual_seed(0))
         x_dev = x_cpu.to("neuron")
         for name, (fn, bytes_per_elem) in CHAINS.items():
+            if name not in chosen:
+                continue
             same = torch.equal(fn(x_cpu), fn(x_dev).cpu())
             res = {"cpu": [], "neuron": [], "unfused": []}
             for _ in range(args.repeats):
                 for device, x in (("cpu", x_cpu), ("neuron", x_dev), ("unfused", x_dev)):
                     res[device].append(timed(lambda: fn(x), device, args.iters))
             report(name, res, lambda t: bytes_per_elem * n / t / 1e9, triad, same)  # noqa: B023
+        if "adamw" not in chosen:
+            continue
         # AdamW (default, 64 tensors): per element the unfused foreach step
         # makes 12 reads and 8 writes of float32 values (8 ops).
         setups = {d: adamw_setup("cpu" if d == "cpu" else "neuron", n, 64)
-                  for d in ("cpu", "neuron", "unfused")}
-        res = {"cpu": [], "neuron": [], "unfused": []}
+                  for d in ("cpu", "neuron", "unfused", "no loops")}
+        res = {d: [] for d in setups}
         for _ in range(args.repeats):
             for device, (_, opt) in setups.items():
                 res[device].append(timed(opt.step, device, args.iters))
-        same = all(torch.equal(a.detach(), b.detach().cpu()) and torch.equal(a.detach(), u.detach().cpu())
-                   for a, b, u in zip(setups["cpu"][0], setups["neuron"][0], setups["unfused"][0]))
+        same = all(all(torch.equal(a.detach(), other.detach().cpu()) for other in others)
+                   for a, *others in zip(*(params for params, _ in setups.values())))
         report("adamw", res, lambda t: 20 * 4 * n / t / 1e9, triad, same)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -65,7 +65,9 @@ def get_fusion_stats() -> dict:
 
     ``{"passes": fused passes, "ops": ops they held, "by_op": {op: count},
     "blocked_list_passes": passes of foreach ops that walked each list index's
-    tensors block by block}``: counted when a pass ran on the device (after
+    tensors block by block, "list_loop_ops": ops of list passes computed in
+    the pass's own loops instead of their CPU kernels (csrc/aten/ListLoop.h)}``:
+    counted when a pass ran on the device (after
     a synchronize, all of them).
     An op counted here is also counted as ``async`` in ``get_op_paths()``.
     """

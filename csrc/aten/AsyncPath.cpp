@@ -25,6 +25,7 @@
 #include "aten/CallKey.h"
 #include "aten/Fusion.h"
 #include "aten/KernelArgs.h"
+#include "aten/ListLoop.h"
 #include "aten/MetaPass.h"
 #include "aten/OpPlan.h"
 #include "aten/QueuedKernel.h"
@@ -137,6 +138,7 @@ struct FusibleForeach final : FusibleOp {
   void runListElements(int64_t index, int64_t begin, int64_t end) override {
     kernel.runListElements(index, begin, end);
   }
+  bool describeLoop(ListLoopOp* out) const override { return describeListLoop(kernel, out); }
   Kernel kernel;
   std::shared_ptr<const MetaResult> meta;
 };

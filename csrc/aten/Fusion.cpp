@@ -1,6 +1,8 @@
 // Fusion.cpp: see Fusion.h.
 #include "aten/Fusion.h"
 
+#include "aten/ListLoop.h"
+
 #include "core/ComputeThreads.h"
 #include "core/Config.h"
 #include "core/KernelWarnings.h"
@@ -89,11 +91,12 @@ bool joins(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
   return true;
 }
 
-void tally(c10::ArrayRef<FusibleOp*> ops, bool blockedLists) {
+void tally(c10::ArrayRef<FusibleOp*> ops, bool blockedLists, int64_t loopOps) {
   Stats& st = stats();
   std::lock_guard<std::mutex> lk(st.mu);
   st.s.passes++;
   st.s.blockedListPasses += blockedLists ? 1 : 0;
+  st.s.loopOps += loopOps;
   st.s.ops += static_cast<int64_t>(ops.size());
   for (const FusibleOp* op : ops) st.s.byOp[op->name]++;
 }
@@ -156,56 +159,6 @@ bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
       return false;
   }
   return true;
-}
-
-// A list pass: every op on list index j, then index j + 1 (when every
-// tensor is small, the indices shared among the threads); each op computes
-// what it would alone, with the same per-tensor kernel.
-// (Returns whether it walked the indices in blocks.)
-bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure) {
-  const int64_t length = ops[0]->listLength;
-  const bool small = ops[0]->smallLists;  // the same for every op of a pass (runPass)
-  // A step takes consecutive indices up to a block's worth of elements, so
-  // that its ops find their tensors in cache and small tensors do not each
-  // pay a kernel call per op.
-  const std::vector<int64_t>& sizes = ops[0]->indexNumel;
-  auto steps = [&](int64_t begin, int64_t end) {
-    for (int64_t j = begin; j < end;) {
-      int64_t next = j + 1, elements = sizes[j];
-      while (next < end && elements + sizes[next] <= kBlock) elements += sizes[next++];
-      for (size_t k = 0; k < ops.size(); ++k) {
-        if (failure.any.load(std::memory_order_relaxed)) return;
-        if (!failure.attempt(k, [&] { ops[k]->runList(j, next); })) return;
-      }
-      j = next;
-    }
-  };
-  if (small) {
-    at::parallel_for(0, length, 1, steps);
-    return false;
-  }
-  const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
-  if (indexwiseElementwise(held)) {
-    // Large tensors: index by index, every op on a block of elements
-    // before the next block, so an optimizer step's ops meet a parameter's
-    // tensors in cache instead of streaming each from memory once per op.
-    // The elements split among the threads as each op splits them alone
-    // (runChunk's blocks).
-    for (int64_t j = 0; j < length && !failure.any.load(); ++j) {
-      at::parallel_for(0, sizes[j], at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
-        for (int64_t lo = begin; lo < end; lo += kBlock) {
-          const int64_t hi = std::min(end, lo + kBlock);
-          for (size_t k = 0; k < ops.size(); ++k) {
-            if (failure.any.load(std::memory_order_relaxed)) return;
-            if (!failure.attempt(k, [&] { ops[k]->runListElements(j, lo, hi); })) return;
-          }
-        }
-      });
-    }
-    return true;
-  }
-  steps(0, length);  // each op splits its own large tensors
-  return false;
 }
 
 using SpanList = std::vector<const FusibleOp::IndexSpan*>;
@@ -277,6 +230,138 @@ class ListPassSpans {
   SpanList spans_;
 };
 
+// Whether no two overlapping index spans of `ops`, one of them written,
+// make `conflict(x, y)` true (spans swept by address).
+template <class Conflict>
+bool noConflictingOverlap(c10::ArrayRef<const FusibleOp*> ops, Conflict conflict) {
+  SpanList spans;
+  for (const FusibleOp* op : ops) appendSpans(*op, spans);
+  std::sort(spans.begin(), spans.end(), byAddress);
+  return noConflictingOverlap(spans, conflict);
+}
+
+// A list pass's ops in order, as segments: a run of two or more ops that
+// are list loops (ListLoop.h) and may interleave is one segment, computed
+// tile by tile; any other op is a segment of its own, run by its kernel.
+struct Segments {
+  struct Segment {
+    size_t first, last;  // ops [first, last)
+    bool loop;
+  };
+  std::vector<Segment> list;
+  std::vector<ListLoopOp> loops;  // by op; those of loop segments describe them
+  int64_t loopOps = 0;
+};
+
+// Whether ops may be computed element by element together at each index:
+// the same number of elements there, and memory one writes touched by
+// another only as the very same range.
+bool interleavable(c10::ArrayRef<FusibleOp*> ops) {
+  for (const FusibleOp* op : ops)
+    if (op->indexNumel != ops[0]->indexNumel) return false;
+  const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
+  return noConflictingOverlap(held, [](const auto& x, const auto& y) {
+    return !sameRange(x.range, y.range);
+  });
+}
+
+Segments segmentsOf(c10::ArrayRef<FusibleOp*> ops, bool loops) {
+  Segments s;
+  s.loops.resize(ops.size());
+  std::vector<char> loop(ops.size(), 0);
+  if (loops && listLoopsEnabled())
+    for (size_t k = 0; k < ops.size(); ++k) loop[k] = ops[k]->describeLoop(&s.loops[k]);
+  for (size_t k = 0; k < ops.size();) {
+    size_t end = k;
+    while (end < ops.size() && loop[end]) ++end;
+    if (end - k >= 2 && interleavable(ops.slice(k, end - k))) {
+      s.list.push_back({k, end, true});
+      s.loopOps += static_cast<int64_t>(end - k);
+      k = end;
+    } else {
+      s.list.push_back({k, k + 1, false});
+      ++k;
+    }
+  }
+  return s;
+}
+
+// A loop segment's ops on elements [begin, begin + count) of list index j.
+void runLoop(const Segments& s, const Segments::Segment& seg, int64_t j, int64_t begin,
+             int64_t count) {
+  LoopStep steps[NRT_MAX_FUSED];
+  for (size_t k = seg.first; k < seg.last; ++k) steps[k - seg.first] = s.loops[k].at(j, begin);
+  runLoopSteps(steps, seg.last - seg.first, count);
+}
+
+// A list pass: every op on list index j, then index j + 1 (when every
+// tensor is small, the indices shared among the threads); each op computes
+// what it would alone, with the same per-tensor kernel or a list loop.
+// (Returns whether it walked the indices in blocks.)
+bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps) {
+  const int64_t length = ops[0]->listLength;
+  const bool small = ops[0]->smallLists;  // the same for every op of a pass (runPass)
+  // A step takes consecutive indices up to a block's worth of elements, so
+  // that its ops find their tensors in cache and small tensors do not each
+  // pay a kernel call per op.
+  const std::vector<int64_t>& sizes = ops[0]->indexNumel;
+  auto runIndices = [&](const Segments& segs, int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end;) {
+      int64_t next = j + 1, elements = sizes[j];
+      while (next < end && elements + sizes[next] <= kBlock) elements += sizes[next++];
+      for (const auto& seg : segs.list) {
+        if (failure.any.load(std::memory_order_relaxed)) return;
+        if (seg.loop) {
+          // An index's tensors are under GRAIN_SIZE: its kernel computes
+          // each whole, as a loop does.
+          for (int64_t i = j; i < next; ++i) runLoop(segs, seg, i, 0, ops[seg.first]->indexNumel[i]);
+        } else if (!failure.attempt(seg.first, [&] { ops[seg.first]->runList(j, next); })) {
+          return;
+        }
+      }
+      j = next;
+    }
+  };
+  if (small) {
+    const Segments segs = segmentsOf(ops, /*loops=*/true);
+    *loopOps = segs.loopOps;
+    at::parallel_for(0, length, 1, [&](int64_t begin, int64_t end) { runIndices(segs, begin, end); });
+    return false;
+  }
+  const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
+  if (indexwiseElementwise(held)) {
+    const Segments segs = segmentsOf(ops, /*loops=*/true);
+    *loopOps = segs.loopOps;
+    // Large tensors: index by index, every op on a block of elements
+    // before the next block, so an optimizer step's ops meet a parameter's
+    // tensors in cache instead of streaming each from memory once per op.
+    // The elements split among the threads as each op splits them alone
+    // (runChunk's blocks).
+    for (int64_t j = 0; j < length && !failure.any.load(); ++j) {
+      at::parallel_for(0, sizes[j], at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+        for (int64_t lo = begin; lo < end; lo += kBlock) {
+          const int64_t hi = std::min(end, lo + kBlock);
+          for (const auto& seg : segs.list) {
+            if (failure.any.load(std::memory_order_relaxed)) return;
+            if (seg.loop) {
+              runLoop(segs, seg, j, lo, hi - lo);
+            } else if (!failure.attempt(seg.first, [&] {
+                         ops[seg.first]->runListElements(j, lo, hi);
+                       })) {
+              return;
+            }
+          }
+        }
+      });
+    }
+    return true;
+  }
+  // Each op splits its own large tensors: no loops.
+  const Segments plain = segmentsOf(ops, /*loops=*/false);
+  runIndices(plain, 0, length);
+  return false;
+}
+
 nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_t* failed) {
   auto opAt = [&](size_t k) { return closureOf(args[k])->fn.op.get(); };
   c10::SmallVector<FusibleOp*, NRT_MAX_FUSED> ops{opAt(0)};
@@ -319,12 +404,13 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
   detail::CollectWarnings collected;
   Failure failure;
   bool blockedLists = false;
+  int64_t loopOps = 0;
   {
     c10::WarningUtils::WarningHandlerGuard warningGuard(&collected);
     const bool outer = inQueuedWork();
     setInQueuedWork(true);
     if (lists) {
-      blockedLists = runLists(ops, failure);
+      blockedLists = runLists(ops, failure, &loopOps);
     } else if (spread) {
       at::parallel_for(0, static_cast<int64_t>(ops.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) runChunk({ops[k]}, 0, ops[k]->numel, failure, k);
@@ -336,7 +422,7 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
     }
     setInQueuedWork(outer);
   }
-  tally(ops, blockedLists);
+  tally(ops, blockedLists, loopOps);
   const char* first = ops[0]->name;  // interned: outlives the op
   // Buried closures are freed by the host's next launch: no op is touched after this.
   for (size_t k = 0; k < ops.size(); ++k) detail::buryClosure(closureOf(args[k]));
@@ -351,17 +437,6 @@ nrtFuser gFuser{&runPass};
 
 }  // namespace
 
-namespace {
-// Whether no two overlapping index spans of `ops`, one of them written,
-// make `conflict(x, y)` true (spans swept by address).
-template <class Conflict>
-bool noConflictingOverlap(c10::ArrayRef<const FusibleOp*> ops, Conflict conflict) {
-  SpanList spans;
-  for (const FusibleOp* op : ops) appendSpans(*op, spans);
-  std::sort(spans.begin(), spans.end(), byAddress);
-  return noConflictingOverlap(spans, conflict);
-}
-}  // namespace
 
 bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
   return noConflictingOverlap(ops, otherIndex);

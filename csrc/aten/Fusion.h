@@ -43,6 +43,8 @@
 
 namespace torchneuron {
 
+struct ListLoopOp;
+
 // A queued op that computes element i of its full-size operands from
 // element i of the others (and its scalars): it can run on any range.
 class FusibleOp {
@@ -83,6 +85,9 @@ class FusibleOp {
   virtual void runListElements(int64_t /*index*/, int64_t /*begin*/, int64_t /*end*/) {
     TORCH_INTERNAL_ASSERT(false, name, " has no element ranges of its list indices");
   }
+  // A foreach op a list pass may compute in a loop of its own instead of
+  // calling its kernel (ListLoop.h): false when it is not one.
+  virtual bool describeLoop(ListLoopOp* /*out*/) const { return false; }
 };
 
 // Whether list ops `ops` (indexwiseIndependent) may run each index block by
@@ -121,6 +126,7 @@ struct FusionStats {
   int64_t passes = 0;
   int64_t ops = 0;
   int64_t blockedListPasses = 0;  // list passes that walked each index in blocks
+  int64_t loopOps = 0;            // ops of list passes computed in list loops (ListLoop.h)
   std::map<std::string, int64_t> byOp;
 };
 FusionStats fusionStats();

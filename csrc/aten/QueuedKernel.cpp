@@ -159,8 +159,6 @@ bool Kernel::copyResults(torch::jit::Stack& s, const ResultPlacement& placement,
   return true;
 }
 
-namespace {
-// Whether `r` is contiguous (dimensions of length 1 aside).
 bool denseRowMajor(const TensorRef& r) {
   int64_t expected = 1;
   for (size_t d = r.sizes.size(); d-- > 0;) {
@@ -169,6 +167,8 @@ bool denseRowMajor(const TensorRef& r) {
   }
   return true;
 }
+
+namespace {
 
 // Elements [begin, end) of a contiguous tensor, as a 1-D CPU tensor over its
 // device memory; a 0-dim tensor whole.

@@ -110,6 +110,9 @@ struct Kernel {
 // writes.
 WorkDesc describe(const Kernel& k);
 
+// Whether `r` is contiguous (dimensions of length 1 aside).
+bool denseRowMajor(const TensorRef& r);
+
 // The device bytes a tensor reference spans.
 nrtBufferRange spanOf(const TensorRef& r);
 

@@ -26,6 +26,8 @@ struct BackendConfig {
   bool learned_layouts = true;
   // TORCHNEURON_FUSION=0: queued pointwise ops never run fused (Fusion.h).
   bool fusion = true;
+  // TORCHNEURON_LIST_LOOPS=0: list passes call every op's CPU kernel (ListLoop.h).
+  bool list_loops = true;
   bool dist_check = true;
   bool dist_shm = true;
 };

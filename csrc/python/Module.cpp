@@ -3,6 +3,7 @@
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncPath.h"
 #include "aten/Fusion.h"
+#include "aten/ListLoop.h"
 #include "aten/Launch.h"
 #include "core/ComputeThreads.h"
 #include "core/HostWait.h"
@@ -252,6 +253,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_fusion_enabled", [](bool on) { setFusionEnabled(on); });
   m.def("_fusion_enabled", [] { return fusionEnabled(); });
   m.def("_clear_fusion_stats", [] { clearFusionStats(); });
+  m.def("_list_loops_available", [] { return listLoopsAvailable(); });
+  m.def("_list_loops_enabled", [] { return listLoopsEnabled(); });
+  m.def("_set_list_loops_enabled", [](bool on) { setListLoopsEnabled(on); });
   m.def("_fusion_stats", [] {
     const FusionStats st = fusionStats();
     py::dict ops;
@@ -261,6 +265,7 @@ PYBIND11_MODULE(_C, m) {
     d["ops"] = st.ops;
     d["by_op"] = ops;
     d["blocked_list_passes"] = st.blockedListPasses;
+    d["list_loop_ops"] = st.loopOps;
     return d;
   });
   registerMemoryBindings(m);  // MemoryBindings.cpp

@@ -1,0 +1,161 @@
+// ListLoop.cpp: which queued foreach kernels are loops (see ListLoop.h).
+#include "aten/ListLoop.h"
+
+#include "aten/QueuedKernel.h"
+#include "core/Config.h"
+
+#include <ATen/Version.h>  // at::get_cpu_capability
+
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+namespace torchneuron {
+namespace {
+
+// The float ATen's kernel computes with for scalar `v`, or false when ATen
+// would raise converting it (a finite double beyond float's range) or it is
+// not a real number.
+bool floatOf(const c10::IValue& v, float* out) {
+  if (v.isDouble()) {
+    const double d = v.toDouble();
+    if (std::isfinite(d) && std::fabs(d) > FLT_MAX) return false;
+    *out = static_cast<float>(d);
+    return true;
+  }
+  if (v.isInt()) {
+    *out = static_cast<float>(v.toInt());
+    return true;
+  }
+  if (v.isBool()) {
+    *out = v.toBool() ? 1.0f : 0.0f;
+    return true;
+  }
+  return false;
+}
+
+// A list of float32 tensors, dense and of the first list's shape at each
+// index (`first`: that list, or nullptr for this one).
+bool floatList(const ArgSlot& slot, const TensorRefs* first) {
+  if (slot.kind != ArgSlot::kTensorList) return false;
+  if (first != nullptr && first->size() != slot.tensors.size()) return false;
+  for (size_t j = 0; j < slot.tensors.size(); ++j) {
+    const auto& ref = slot.tensors[j];
+    if (!ref || ref->dtype != at::kFloat || !denseRowMajor(*ref)) return false;
+    if (first != nullptr && (*first)[j]->sizes != ref->sizes) return false;
+  }
+  return true;
+}
+
+// One scalar, or one per index of a list of `length`.
+bool scalarValues(const ArgSlot& slot, size_t length, std::vector<float>* out) {
+  if (slot.kind != ArgSlot::kValue) return false;
+  float f = 0;
+  if (!slot.value.isList()) {
+    if (!floatOf(slot.value, &f)) return false;
+    out->assign(1, f);
+    return true;
+  }
+  const c10::impl::GenericList list = slot.value.toList();
+  if (list.size() != length) return false;
+  out->clear();
+  for (const c10::IValue& v : list) {
+    if (!floatOf(v, &f)) return false;
+    out->push_back(f);
+  }
+  return true;
+}
+
+struct Form {
+  LoopStep::Kind kind;
+  int lists;       // tensor lists after self
+  bool hasValue;   // a Scalar or Scalar[] after the lists
+  bool hasAlpha;   // add.List's alpha after that
+};
+
+// "_foreach_mul_.Scalar" and the like: the overloads whose CPU kernels are
+// the per-tensor ops ListLoop.h reproduces.
+bool formOf(const std::string& name, Form* form) {
+  const std::string prefix = "aten::_foreach_";
+  if (name.rfind(prefix, 0) != 0) return false;
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos) return false;
+  const std::string base = name.substr(prefix.size(), dot - prefix.size());
+  const std::string overload = name.substr(dot + 1);
+  const bool scalar = overload == "Scalar" || overload == "ScalarList";
+  if (base == "mul_" || base == "div_" || base == "add_") {
+    const auto kind = base == "mul_" ? LoopStep::kMul : base == "div_" ? LoopStep::kDiv : LoopStep::kAdd;
+    if (scalar) *form = {kind, 0, true, false};
+    else if (overload == "List") *form = {kind, 1, false, kind == LoopStep::kAdd};
+    else return false;
+    return true;
+  }
+  if (base == "lerp_" && overload == "Scalar") {
+    *form = {LoopStep::kLerp, 1, true, false};
+    return true;
+  }
+  if ((base == "addcmul_" || base == "addcdiv_") && scalar) {
+    *form = {base == "addcmul_" ? LoopStep::kAddcmul : LoopStep::kAddcdiv, 2, true, false};
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+LoopStep ListLoopOp::at(int64_t index, int64_t begin) const {
+  auto ptr = [&](const TensorRefs* list) -> float* {
+    return list == nullptr ? nullptr : static_cast<float*>((*list)[index]->data) + begin;
+  };
+  LoopStep s{kind, ptr(self), ptr(a), ptr(b), 0.0f, alpha};
+  if (!values.empty()) s.value = values.size() == 1 ? values[0] : values[index];
+  return s;
+}
+
+bool describeListLoop(const Kernel& k, ListLoopOp* out) {
+  Form form{};
+  if (!k.outs.empty() || !formOf(k.plan->name, &form)) return false;
+  const size_t expected = 1 + form.lists + (form.hasValue ? 1 : 0) + (form.hasAlpha ? 1 : 0);
+  if (k.slots.size() != expected || !floatList(k.slots[0], nullptr)) return false;
+  const TensorRefs* self = &k.slots[0].tensors;
+  const TensorRefs* lists[2] = {nullptr, nullptr};
+  for (int i = 0; i < form.lists; ++i) {
+    if (!floatList(k.slots[1 + i], self)) return false;
+    lists[i] = &k.slots[1 + i].tensors;
+  }
+  ListLoopOp op;
+  op.kind = form.kind;
+  op.self = self;
+  op.a = lists[0];
+  op.b = lists[1];
+  size_t next = 1 + form.lists;
+  if (form.hasValue && !scalarValues(k.slots[next++], self->size(), &op.values)) return false;
+  if (form.hasAlpha) {
+    std::vector<float> alpha;
+    if (!scalarValues(k.slots[next], self->size(), &alpha) || alpha.size() != 1) return false;
+    op.alpha = alpha[0];
+  }
+  *out = std::move(op);
+  return true;
+}
+
+namespace {
+std::atomic<bool>& loopsFlag() {
+  static std::atomic<bool> on{backendConfig().list_loops};
+  return on;
+}
+}  // namespace
+
+bool listLoopsAvailable() {
+  static const bool avx512 = at::get_cpu_capability() == "AVX512";
+  return avx512;
+}
+
+bool listLoopsEnabled() {
+  return listLoopsAvailable() && loopsFlag().load(std::memory_order_relaxed);
+}
+
+void setListLoopsEnabled(bool on) { loopsFlag().store(on); }
+
+}  // namespace torchneuron

@@ -1,0 +1,65 @@
+// ListLoop.h — foreach ops a list pass (Fusion.h) runs in a loop of its own
+// instead of calling each op's CPU kernel: an optimizer step's mul_, div_,
+// add_, lerp_, addcmul_ and addcdiv_ over float32 lists.
+//
+// A list pass that walks a parameter in 64K-element blocks still streams
+// each block through L2 once per op, with one ATen kernel call per op per
+// block: at 16M elements default AdamW was 1.6x CPU eager, most of its time
+// in those kernels. A run of such ops is instead computed tile by tile, every
+// op of the run on a tile of 512 elements before the next tile, so the run
+// reads and writes each element of a block once from L2 and its ops work in
+// L1.
+//
+// Why the bits stay CPU's: each op computes an element with the operations
+// ATen's kernel uses for it, in the same order and with the same roundings.
+// ATen's float kernels have a vector form (the block's body) and a scalar form
+// (its last < 32 elements), and for these ops the installed libtorch computes
+// the same expression in both: products are fused into the following add
+// where ATen's vector code calls fmadd (add with alpha, lerp) and where its
+// compiler contracted a*b+c (addcmul, and the scalar forms of add and lerp);
+// addcdiv's quotient and mul/div are single IEEE operations. So one form
+// serves every element, as long as ATen's kernels run with AVX-512 (another
+// capability is another build of them: loops are then off). The kernels of
+// ListLoopKernels.cpp are compiled without contraction so that the fused
+// multiply-adds are exactly those written. tests/test_fusion.py compares the
+// loops with CPU on sizes with ragged tails and values that tell an FMA apart.
+#pragma once
+
+#include "aten/KernelArgs.h"
+#include "aten/LoopStep.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace torchneuron {
+
+// A foreach op as a loop step at each list index.
+struct ListLoopOp {
+  LoopStep::Kind kind;
+  const TensorRefs* self = nullptr;
+  const TensorRefs* a = nullptr;
+  const TensorRefs* b = nullptr;
+  std::vector<float> values;  // one for every index, or one per index
+  float alpha = 1;
+
+  // The step at list index `index`, on its elements from `begin` on.
+  LoopStep at(int64_t index, int64_t begin) const;
+};
+
+struct Kernel;
+// Whether the queued foreach kernel `k` is one of the ops above (the
+// in-place overloads with a Scalar, a Scalar list or, for mul/div/add, a
+// tensor list) over dense float32 tensors of self's shape at each index, with
+// scalars ATen converts to float without raising; then *out describes it.
+bool describeListLoop(const Kernel& k, ListLoopOp* out);
+
+// Whether ATen's kernels run with AVX-512 (at::get_cpu_capability): list
+// loops reproduce those kernels only.
+bool listLoopsAvailable();
+// Whether list passes use loops: available, and on (TORCHNEURON_LIST_LOOPS,
+// default 1; setListLoopsEnabled switches passes that start from then on).
+bool listLoopsEnabled();
+void setListLoopsEnabled(bool on);
+
+}  // namespace torchneuron

@@ -1,0 +1,26 @@
+// LoopStep.h — one op of a list loop (ListLoop.h) on raw float32 memory, and
+// the loop itself. Plain C++: ListLoopKernels.cpp, which runs the steps, is
+// compiled for AVX-512 and must not instantiate inline code shared with the
+// rest of the library (the linker could keep its AVX-512 copy for everyone).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace torchneuron {
+
+struct LoopStep {
+  enum Kind : uint8_t { kMul, kDiv, kAdd, kLerp, kAddcmul, kAddcdiv } kind;
+  float* self;     // read and written
+  const float* a;  // the other tensor (mul/div/add: nullptr, then `value`)
+  const float* b;  // addcmul's and addcdiv's second tensor
+  float value;     // mul/div/add's scalar, lerp's weight, addcmul's/addcdiv's value
+  float alpha;     // add's alpha
+};
+
+// Every step on elements [0, count) of its operands, a tile at a time: each
+// step on elements [t, t + 512) before the next tile. Needs AVX-512
+// (listLoopsEnabled, ListLoop.h).
+void runLoopSteps(const LoopStep* steps, size_t n, int64_t count);
+
+}  // namespace torchneuron

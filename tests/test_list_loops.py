@@ -1,0 +1,143 @@
+"""List loops (csrc/aten/ListLoop.h): a list pass computes runs of foreach
+mul_/div_/add_/lerp_/addcmul_/addcdiv_ over float32 lists in loops of its own
+instead of calling each op's CPU kernel, with CPU's bits.
+
+The ops are queued behind a long kernel, so they reach the device together
+and run as one list pass (test_fusion.py's Hold); the fusion statistics show
+how many ops the loops computed, and the values are compared with CPU bit for
+bit. The inputs make the cases the loops must reproduce exactly: products
+fused into an add (ATen's kernels use FMAs there), ragged ends (a kernel's
+last < 32 elements take its scalar form), lists of small tensors and of
+tensors split among threads and in blocks, and special values.
+"""
+import pytest
+import torch
+
+import torchneuron
+from conftest import NEURON, requires_async
+from test_fusion import assert_bitwise, queued_behind_hold
+
+pytestmark = [
+    requires_async,
+    pytest.mark.skipif(not torchneuron._C._list_loops_available(),
+                       reason="ATen's kernels do not run with AVX-512 here: no list loops"),
+]
+
+SMALL = [1000 + 37 * i for i in range(12)]  # each tensor's op on one thread
+LARGE = [70001, 5, 300007, 33000]          # split among threads, in blocks
+
+
+def every_overload(ps, ms, vs, gs, ds):
+    """Each overload a loop computes, in one list pass (15 ops)."""
+    k = len(ps)
+    torch._foreach_mul_(ps, 0.9987)                                        # mul_.Scalar
+    torch._foreach_lerp_(ms, gs, 0.1)                                      # lerp_, |w| < 0.5
+    torch._foreach_lerp_(vs, gs, 0.7)                                      # lerp_, |w| >= 0.5
+    torch._foreach_mul_(vs, [0.5 + 0.01 * i for i in range(k)])            # mul_.ScalarList
+    torch._foreach_addcmul_(vs, gs, gs, value=0.3)                         # addcmul_.Scalar
+    torch._foreach_addcmul_(ms, gs, vs, [0.1 - 0.03 * i for i in range(k)])  # .ScalarList
+    torch._foreach_add_(ds, vs, alpha=0.37)                                # add_.List
+    torch._foreach_add_(ds, 1e-3)                                          # add_.Scalar
+    torch._foreach_add_(ds, [0.25 * i for i in range(k)])                  # add_.ScalarList
+    torch._foreach_div_(ds, [1.5 + i for i in range(k)])                   # div_.ScalarList
+    torch._foreach_div_(ds, 1.7)                                           # div_.Scalar
+    torch._foreach_div_(ms, ds)                                            # div_.List
+    torch._foreach_mul_(ms, gs)                                            # mul_.List
+    torch._foreach_addcdiv_(ps, ms, ds, value=-0.01)                       # addcdiv_.Scalar
+    torch._foreach_addcdiv_(ps, ms, vs, [1e-3 * (i + 1) for i in range(k)])  # .ScalarList
+    return ps + ms + vs + gs + ds
+
+
+def make_inputs(sizes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lists = [[torch.randn(n, generator=g) for n in sizes] for _ in range(5)]
+    # Special values, also among the last elements (a kernel's scalar form).
+    for t in lists[3]:
+        for i, v in zip((0, -1, -3, t.numel() // 2), (float("inf"), float("nan"), -0.0, 1e-40)):
+            t[i] = v
+    return lists
+
+
+def run_device(program, inputs, loops=True):
+    """program on device copies of inputs, queued behind a hold; its results on CPU."""
+    torchneuron._C._set_list_loops_enabled(loops)
+    try:
+        dev = lambda: [[t.to(NEURON) for t in lst] for lst in inputs]  # noqa: E731
+        program(*dev())  # a kind of call is verified the first time: not fused
+        torch.neuron.synchronize()
+        out = queued_behind_hold(program, dev)
+        return [t.cpu() for t in out]
+    finally:
+        torchneuron._C._set_list_loops_enabled(True)
+
+
+@pytest.mark.parametrize("sizes", [SMALL, LARGE], ids=["small", "large"])
+def test_every_overload_in_one_pass_gives_cpus_bits(sizes):
+    inputs = make_inputs(sizes)
+    ref = every_overload(*[[t.clone() for t in lst] for lst in inputs])
+    out = run_device(every_overload, inputs)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(out, ref)
+    assert stats["list_loop_ops"] == 15 and stats["ops"] == 15, stats
+    if max(sizes) > 32768:
+        assert stats["blocked_list_passes"] == 1, stats
+    # Loops off: the ops' own kernels in the same pass, the same bits.
+    off = run_device(every_overload, inputs, loops=False)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(off, ref)
+    assert stats["list_loop_ops"] == 0 and stats["ops"] == 15, stats
+
+
+def test_the_inputs_tell_a_fused_multiply_add_apart():
+    # What makes the test above able to fail: on these values, rounding the
+    # product before the add (what a loop without FMAs computes) differs from
+    # ATen's kernels, in the vector body and in the scalar tail alike.
+    gen = torch.Generator().manual_seed(1)
+    g, v = torch.randn(4099, generator=gen), torch.randn(4099, generator=gen)
+    separate = v + (0.3 * g) * g
+    assert not torch.equal(torch.addcmul(v, g, g, value=0.3), separate)
+    assert not torch.equal(torch.addcmul(v[-20:], g[-20:], g[-20:], value=0.3), separate[-20:])
+    assert not torch.equal(torch.add(v, g, alpha=0.37), v + 0.37 * g)
+    assert not torch.equal(torch.lerp(v, g, 0.1), v + 0.1 * (g - v))
+
+
+@pytest.mark.parametrize("sizes", [SMALL, LARGE], ids=["small", "large"])
+def test_adam_family_steps_give_cpus_bits(sizes):
+    # PyTorch's optimizers as users run them (foreach by default on neuron).
+    makers = [lambda ps: torch.optim.AdamW(ps, lr=1e-2),
+              lambda ps: torch.optim.Adam(ps, lr=1e-2, weight_decay=0.1),
+              lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2,
+                                         nesterov=True),
+              lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5)]
+    for make in makers:
+        torch.manual_seed(0)
+        cpu = [torch.nn.Parameter(torch.randn(n)) for n in sizes]
+        dev = [torch.nn.Parameter(p.detach().to(NEURON)) for p in cpu]
+        opt_cpu, opt_dev = make(cpu), make(dev)
+        torchneuron.clear_op_tracking()
+        for _ in range(3):
+            grads = [torch.randn(n) for n in sizes]
+            for p, q, gr in zip(cpu, dev, grads):
+                p.grad, q.grad = gr, gr.to(NEURON)
+            opt_cpu.step()
+            opt_dev.step()
+        torch.neuron.synchronize()
+        assert_bitwise([q.detach().cpu() for q in dev], [p.detach() for p in cpu])
+        if isinstance(opt_cpu, torch.optim.AdamW):
+            assert torchneuron.get_fusion_stats()["list_loop_ops"] > 0
+
+
+def test_a_scalar_aten_refuses_still_raises_at_the_op():
+    # addcmul converts its value to float and raises on overflow: a loop must
+    # not compute the op with an infinite value instead.
+    xs = [torch.ones(40000), torch.ones(3)]
+    with pytest.raises(RuntimeError, match="cannot be converted to type float"):
+        torch._foreach_addcmul_(xs, xs, xs, value=1e39)
+    dev = [x.to(NEURON) for x in xs]
+    with pytest.raises(RuntimeError, match="cannot be converted to type float"):
+        torch._foreach_mul_(dev, 2.0)
+        torch._foreach_addcmul_(dev, dev, dev, value=1e39)
+        torch.neuron.synchronize()
+    # The device keeps working, the ops before the error applied once.
+    torch._foreach_add_(dev, 1.0)
+    assert_bitwise([d.cpu() for d in dev], [torch.full((40000,), 3.0), torch.full((3,), 3.0)])
