@@ -148,8 +148,16 @@ std::atomic<bool>& loopsFlag() {
 }  // namespace
 
 bool listLoopsAvailable() {
-  static const bool avx512 = at::get_cpu_capability() == "AVX512";
-  return avx512;
+  // ATen's kernels of these ops are its AVX2 build on AVX-512 machines too
+  // (REGISTER_DISPATCH leaves AVX-512 to the AVX2 kernel): both are compiled
+  // with FMA, and so have the forms the loops reproduce. Its DEFAULT build
+  // (ATEN_CPU_CAPABILITY=default) has none: loops are off there. The loops
+  // themselves need AVX-512F.
+  static const bool on = [] {
+    const std::string capability = at::get_cpu_capability();
+    return (capability == "AVX2" || capability == "AVX512") && __builtin_cpu_supports("avx512f");
+  }();
+  return on;
 }
 
 bool listLoopsEnabled() {

@@ -12,17 +12,19 @@
 //
 // Why the bits stay CPU's: each op computes an element with the operations
 // ATen's kernel uses for it, in the same order and with the same roundings.
-// ATen's float kernels have a vector form (the block's body) and a scalar form
-// (its last < 32 elements), and for these ops the installed libtorch computes
+// ATen's float kernels have a vector form (a block's body) and a scalar form
+// (its last < 2 vectors), and for these ops the installed libtorch computes
 // the same expression in both: products are fused into the following add
 // where ATen's vector code calls fmadd (add with alpha, lerp) and where its
 // compiler contracted a*b+c (addcmul, and the scalar forms of add and lerp);
 // addcdiv's quotient and mul/div are single IEEE operations. So one form
-// serves every element, as long as ATen's kernels run with AVX-512 (another
-// capability is another build of them: loops are then off). The kernels of
-// ListLoopKernels.cpp are compiled without contraction so that the fused
-// multiply-adds are exactly those written. tests/test_fusion.py compares the
-// loops with CPU on sizes with ragged tails and values that tell an FMA apart.
+// serves every element, whatever the vector width. That holds for ATen's AVX2
+// build of these kernels, which it runs on AVX-512 machines too, and its
+// AVX-512 build; its DEFAULT build (no FMA) differs, and loops are then off.
+// The kernels of ListLoopKernels.cpp are compiled without contraction so
+// that the fused multiply-adds are exactly those written.
+// tests/test_list_loops.py compares the loops with CPU on sizes with ragged
+// tails and on values that tell an FMA apart.
 #pragma once
 
 #include "aten/KernelArgs.h"
@@ -54,8 +56,9 @@ struct Kernel;
 // scalars ATen converts to float without raising; then *out describes it.
 bool describeListLoop(const Kernel& k, ListLoopOp* out);
 
-// Whether ATen's kernels run with AVX-512 (at::get_cpu_capability): list
-// loops reproduce those kernels only.
+// Whether ATen's kernels run with its AVX2 or AVX-512 build (the builds the
+// loops reproduce: at::get_cpu_capability) and this CPU has AVX-512F (what
+// the loops are written in).
 bool listLoopsAvailable();
 // Whether list passes use loops: available, and on (TORCHNEURON_LIST_LOOPS,
 // default 1; setListLoopsEnabled switches passes that start from then on).
