@@ -17,11 +17,31 @@ import torchneuron
 from conftest import NEURON, requires_async
 from test_fusion import assert_bitwise, queued_behind_hold
 
+
+def _cpu_has_avx512f():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
+
+
+# Where the loops may run (ATen's AVX2 or AVX-512 build, a CPU with
+# AVX-512F), they are on only if their first use found them computing ATen's
+# bits (ListLoop.cpp, loopsMatchAten): a loop that drifted from ATen turns
+# them off with a warning, and this fails.
+LOOPS_EXPECTED = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+                  and _cpu_has_avx512f())
+
 pytestmark = [
     requires_async,
-    pytest.mark.skipif(not torchneuron._C._list_loops_available(),
+    pytest.mark.skipif(not LOOPS_EXPECTED,
                        reason="no list loops here: ATen runs its DEFAULT build (no FMA) or the CPU lacks AVX-512F"),
 ]
+
+
+def test_loops_pass_their_check_against_aten():
+    assert torchneuron._C._list_loops_available()
 
 SMALL = [1000 + 37 * i for i in range(12)]  # each tensor's op on one thread
 LARGE = [70001, 5, 300007, 33000]          # split among threads, in blocks

@@ -4,11 +4,14 @@
 #include "aten/QueuedKernel.h"
 #include "core/Config.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Version.h>  // at::get_cpu_capability
 
 #include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 
 namespace torchneuron {
@@ -145,6 +148,75 @@ std::atomic<bool>& loopsFlag() {
   static std::atomic<bool> on{backendConfig().list_loops};
   return on;
 }
+// One op checked against ATen's kernel: `aten` applies it to CPU tensors
+// (self, a, b) in place, `step` is the loop's form of it.
+struct Probe {
+  const char* name;
+  LoopStep step;  // pointers filled in by loopsMatchAten
+  bool usesA, usesB;
+  void (*aten)(at::Tensor& self, const at::Tensor& a, const at::Tensor& b);
+};
+
+// Whether the loops give ATen's bits on this build: every kind, each of its
+// forms, on 141 elements (a vector body and a scalar tail at any vector width
+// up to 16 lanes), from a fixed seed of its own (torch's generators are not
+// touched). A torch whose kernels compute otherwise (another compiler's
+// contraction, a changed formula) turns the loops off instead of changing
+// numbers; the op that differed is named in a warning.
+bool loopsMatchAten() {
+  constexpr int64_t n = 141;
+  std::mt19937 rng(20261206);
+  std::normal_distribution<float> normal;
+  auto values = [&](bool positive) {
+    at::Tensor t = at::empty({n}, at::kFloat);
+    float* p = t.data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = positive ? std::fabs(normal(rng)) + 0.5f : normal(rng);
+    return t;
+  };
+  using K = LoopStep;
+  const Probe probes[] = {
+      {"mul_ (scalar)", {K::kMul, nullptr, nullptr, nullptr, 0.9987f, 1}, false, false,
+       [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.mul_(0.9987); }},
+      {"mul_", {K::kMul, nullptr, nullptr, nullptr, 0, 1}, true, false,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.mul_(a); }},
+      {"div_ (scalar)", {K::kDiv, nullptr, nullptr, nullptr, 1.7f, 1}, false, false,
+       [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.div_(1.7); }},
+      {"div_", {K::kDiv, nullptr, nullptr, nullptr, 0, 1}, true, false,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.div_(a.abs() + 0.5); }},
+      {"add_ (scalar)", {K::kAdd, nullptr, nullptr, nullptr, 1e-3f, 1}, false, false,
+       [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.add_(1e-3); }},
+      {"add_ (alpha)", {K::kAdd, nullptr, nullptr, nullptr, 0, 0.37f}, true, false,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.add_(a, 0.37); }},
+      {"lerp_ (weight < 0.5)", {K::kLerp, nullptr, nullptr, nullptr, 0.1f, 1}, true, false,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.lerp_(a, 0.1); }},
+      {"lerp_ (weight >= 0.5)", {K::kLerp, nullptr, nullptr, nullptr, 0.7f, 1}, true, false,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.lerp_(a, 0.7); }},
+      {"addcmul_", {K::kAddcmul, nullptr, nullptr, nullptr, 0.3f, 1}, true, true,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor& b) { s.addcmul_(a, b, 0.3); }},
+      {"addcdiv_", {K::kAddcdiv, nullptr, nullptr, nullptr, -0.01f, 1}, true, true,
+       [](at::Tensor& s, const at::Tensor& a, const at::Tensor& b) { s.addcdiv_(a, b, -0.01); }},
+  };
+  for (const Probe& probe : probes) {
+    const at::Tensor self = values(false), a = values(false), b = values(true);
+    // div_ by a tensor divides by |a| + 0.5, as ATen's call above does.
+    const at::Tensor aLoop = probe.step.kind == K::kDiv ? a.abs() + 0.5 : a;
+    at::Tensor expected = self.clone();
+    probe.aten(expected, a, b);
+    at::Tensor got = self.clone();
+    LoopStep step = probe.step;
+    step.self = got.data_ptr<float>();
+    step.a = probe.usesA ? aLoop.data_ptr<float>() : nullptr;
+    step.b = probe.usesB ? b.data_ptr<float>() : nullptr;
+    runLoopSteps(&step, 1, n);
+    if (std::memcmp(got.data_ptr<float>(), expected.data_ptr<float>(), n * sizeof(float)) != 0) {
+      TORCH_WARN("torchneuron: list loops are off: their ", probe.name,
+                 " differs from this torch build's CPU kernel (csrc/aten/ListLoop.h)");
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool listLoopsAvailable() {
@@ -153,9 +225,16 @@ bool listLoopsAvailable() {
   // with FMA, and so have the forms the loops reproduce. Its DEFAULT build
   // (ATEN_CPU_CAPABILITY=default) has none: loops are off there. The loops
   // themselves need AVX-512F.
+  // A first use checks them against ATen's kernels (loopsMatchAten).
   static const bool on = [] {
     const std::string capability = at::get_cpu_capability();
-    return (capability == "AVX2" || capability == "AVX512") && __builtin_cpu_supports("avx512f");
+    if ((capability != "AVX2" && capability != "AVX512") || !__builtin_cpu_supports("avx512f"))
+      return false;
+    try {
+      return loopsMatchAten();
+    } catch (const std::exception&) {
+      return false;  // no host memory for 141 floats: no loops either
+    }
   }();
   return on;
 }

@@ -22,7 +22,9 @@
 // build of these kernels, which it runs on AVX-512 machines too, and its
 // AVX-512 build; its DEFAULT build (no FMA) differs, and loops are then off.
 // The kernels of ListLoopKernels.cpp are compiled without contraction so
-// that the fused multiply-adds are exactly those written.
+// that the fused multiply-adds are exactly those written, and their first
+// use checks every form against the running torch's kernels (another build
+// of torch that computes otherwise turns the loops off, with a warning).
 // tests/test_list_loops.py compares the loops with CPU on sizes with ragged
 // tails and on values that tell an FMA apart.
 #pragma once
@@ -57,8 +59,9 @@ struct Kernel;
 bool describeListLoop(const Kernel& k, ListLoopOp* out);
 
 // Whether ATen's kernels run with its AVX2 or AVX-512 build (the builds the
-// loops reproduce: at::get_cpu_capability) and this CPU has AVX-512F (what
-// the loops are written in).
+// loops reproduce: at::get_cpu_capability), this CPU has AVX-512F (what the
+// loops are written in) and the loops gave ATen's bits on a probe at their
+// first use (read once).
 bool listLoopsAvailable();
 // Whether list passes use loops: available, and on (TORCHNEURON_LIST_LOOPS,
 // default 1; setListLoopsEnabled switches passes that start from then on).
