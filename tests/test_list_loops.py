@@ -108,6 +108,37 @@ def test_every_overload_in_one_pass_gives_cpus_bits(sizes):
     assert stats["list_loop_ops"] == 0 and stats["ops"] == 15, stats
 
 
+def functional_forms(ps, ms, vs, gs, ds):
+    """The functional overloads an optimizer calls (SGD's weight decay and
+    Nesterov step, Adam's weight decay): each queues its out= form, which a
+    loop computes into the fresh results (8 ops)."""
+    k = len(ps)
+    g1 = torch._foreach_add(gs, ps, alpha=1e-2)                           # add.List
+    g2 = torch._foreach_mul(g1, 0.9)                                      # mul.Scalar
+    g3 = torch._foreach_addcmul(g2, ms, vs, value=0.5)                    # addcmul.Scalar
+    g4 = torch._foreach_lerp(g3, ms, 0.25)                                # lerp.Scalar
+    g5 = torch._foreach_div(g4, [2.0 + i for i in range(k)])              # div.ScalarList
+    g6 = torch._foreach_addcdiv(g5, ms, ds, [-0.1] * k)                   # addcdiv.ScalarList
+    g7 = torch._foreach_add(g6, 1.5)                                      # add.Scalar
+    torch._foreach_add_(ps, g7, alpha=-0.1)                               # in place, reads them
+    return [*ps, *g1, *g2, *g3, *g4, *g5, *g6, *g7]
+
+
+@pytest.mark.parametrize("sizes", [SMALL, LARGE], ids=["small", "large"])
+def test_functional_forms_compute_into_fresh_results_with_cpus_bits(sizes):
+    inputs = make_inputs(sizes, seed=1)
+    for t in inputs[4]:
+        t.abs_().add_(0.5)  # divisors
+    ref = functional_forms(*[[t.clone() for t in lst] for lst in inputs])
+    out = run_device(functional_forms, inputs)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(out, ref)
+    assert stats["list_loop_ops"] == 8 and stats["ops"] == 8, stats
+    assert stats["by_op"].get("aten::_foreach_add.List_out") == 1, stats
+    paths = torchneuron.get_op_paths()
+    assert "aten::add.Tensor" not in paths, paths  # one call per list, not per tensor
+
+
 def test_the_inputs_tell_a_fused_multiply_add_apart():
     # What makes the test above able to fail: on these values, rounding the
     # product before the add (what a loop without FMAs computes) differs from

@@ -10,17 +10,20 @@
 // the tensors of a list are shared among the compute threads when every one
 // is small enough that its op runs on one thread anyway (QueuedKernel.h,
 // listLength) and runs index by index in a fusion pass with the foreach
-// calls queued behind it (Fusion.h). The unary functional forms
-// (_foreach_sqrt) allocate their results and queue their .out form. Ops
-// outside the fusion list (Fusion.h: their kernels' element split is known)
-// and the other functional forms keep the composite kernels.
+// calls queued behind it (Fusion.h). The functional forms with an out= form
+// (_foreach_sqrt, _foreach_add.List, _foreach_mul.Scalar, ...) allocate their
+// results and queue that form. Ops outside the fusion list (Fusion.h: their
+// kernels' element split is known) and the other functional forms (the
+// .Tensor overloads) keep the composite kernels.
 #include "aten/Common.h"
 #include "aten/Fusion.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -31,55 +34,113 @@ void foreachEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   genericFallback(op, stack);
 }
 
-// A functional unary foreach op (an optimizer's _foreach_sqrt) on dense
-// floating-point lists: the results are allocated here, laid out as CPU's
-// per-tensor kernel lays out a dense input's result (empty_like), and the
-// op's .out form is queued like the in-place ones. Other lists take the
-// per-tensor op, as the composite kernel would.
-void functionalEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::OperatorName& name = op.schema().operator_name();
+// The out= form of a functional foreach op on the fusion list whose
+// arguments are tensor lists and scalars and which returns one tensor list
+// (_foreach_sqrt -> .out, _foreach_add.List -> .List_out), if it has one.
+std::optional<c10::OperatorName> outFormOf(const c10::OperatorName& name) {
+  if (name.name.back() == '_' || !fusibleForeachName(name.name)) return std::nullopt;
+  const std::string& overload = name.overload_name;
+  if (!overload.empty() && overload != "Scalar" && overload != "ScalarList" && overload != "List")
+    return std::nullopt;
+  const c10::OperatorName outName{name.name, overload.empty() ? "out" : overload + "_out"};
   auto& d = c10::Dispatcher::singleton();
-  const c10::List<at::Tensor> self = stack->back().toTensorList();
-  bool dense = !self.empty();
-  for (const at::Tensor& t : self) {
-    dense = dense && isNeuron(t) && t.device() == self.get(0).device() &&
-            at::isFloatingType(t.scalar_type()) && t.is_non_overlapping_and_dense() &&
-            !t.is_conj() && !t.is_neg();
+  auto op = d.findOp(name);
+  if (!op || !d.findOp(outName)) return std::nullopt;
+  const auto& schema = op->schema();
+  if (schema.returns().size() != 1 || schema.returns()[0].type()->str() != "Tensor[]" ||
+      schema.arguments().empty() || schema.arguments()[0].type()->str() != "Tensor[]")
+    return std::nullopt;
+  for (const auto& arg : schema.arguments()) {
+    const std::string type = arg.type()->str();
+    if (type != "Tensor[]" && type != "Scalar" && type != "Scalar[]") return std::nullopt;
   }
-  c10::List<at::Tensor> results;
-  results.reserve(self.size());
-  if (dense) {
-    static thread_local std::unordered_map<std::string, c10::OperatorHandle> outs;
-    auto it = outs.find(name.name);
-    if (it == outs.end())
-      it = outs.emplace(name.name, d.findSchemaOrThrow(name.name.c_str(), "out")).first;
-    for (const at::Tensor& t : self) results.push_back(at::empty_like(t));
-    torch::jit::Stack s{stack->back(), results};
-    genericFallback(it->second, &s);
-  } else {
-    // "aten::_foreach_sqrt" -> "aten::sqrt", once per tensor.
-    const std::string base = "aten::" + name.name.substr(std::string("aten::_foreach_").size());
-    const c10::OperatorHandle one = d.findSchemaOrThrow(base.c_str(), "");
-    for (const at::Tensor& t : self) {
-      torch::jit::Stack s{t};
-      one.callBoxed(&s);
-      results.push_back(s.back().toTensor());
-    }
-  }
-  stack->pop_back();
-  stack->emplace_back(std::move(results));
+  return outName;
 }
 
-// A unary functional foreach op with an .out form: (Tensor[] self) -> Tensor[].
-bool unaryFunctional(const c10::OperatorName& name) {
-  if (name.name.back() == '_' || !name.overload_name.empty() || !fusibleForeachName(name.name))
-    return false;
-  auto op = c10::Dispatcher::singleton().findOp(name);
-  auto out = c10::Dispatcher::singleton().findOp({name.name, "out"});
-  if (!op || !out) return false;
-  const auto& s = op->schema();
-  return s.arguments().size() == 1 && s.returns().size() == 1 &&
-         s.arguments()[0].type()->str() == "Tensor[]" && s.returns()[0].type()->str() == "Tensor[]";
+bool realScalar(const c10::IValue& v) { return !v.isComplexDouble(); }
+
+// Whether CPU's per-tensor kernels give every result the layout and dtype of
+// self's tensor at its index: every list's tensors are dense, on self's
+// device, and of self's dtype, sizes and strides there (floating point), and
+// every scalar is real (a float scalar does not promote a floating tensor).
+bool likeSelf(c10::ArrayRef<c10::IValue> args) {
+  const c10::List<at::Tensor> self = args[0].toTensorList();
+  if (self.empty()) return false;
+  const c10::Device device = self.get(0).device();
+  for (const at::Tensor& t : self) {
+    if (!isNeuron(t) || t.device() != device || !at::isFloatingType(t.scalar_type()) ||
+        !t.is_non_overlapping_and_dense() || t.is_conj() || t.is_neg())
+      return false;
+  }
+  for (size_t i = 1; i < args.size(); ++i) {
+    const c10::IValue& arg = args[i];
+    if (arg.isTensorList()) {
+      const c10::List<at::Tensor> list = arg.toTensorList();
+      if (list.size() != self.size()) return false;
+      for (size_t j = 0; j < list.size(); ++j) {
+        const at::Tensor t = list.get(j), s = self.get(j);
+        if (t.device() != device || t.scalar_type() != s.scalar_type() || t.sizes() != s.sizes() ||
+            t.strides() != s.strides() || t.is_conj() || t.is_neg())
+          return false;
+      }
+    } else if (arg.isList()) {
+      for (const c10::IValue& v : arg.toListRef())
+        if (!realScalar(v)) return false;
+    } else if (!realScalar(arg)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A functional foreach op (an optimizer's _foreach_sqrt, SGD's
+// _foreach_add(grads, params, alpha=weight_decay)): its results are
+// allocated here and its out= form is queued like the in-place ops, one work
+// item per call (which a list pass may run, ListLoop.h). The results take the
+// layouts CPU's kernels give them: those of self's tensors when every operand
+// matches them (likeSelf), else what the op's Meta kernel says.
+void functionalEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  static thread_local std::unordered_map<std::string, c10::OperatorHandle> outs;
+  const c10::OperatorName& name = op.schema().operator_name();
+  const std::string key = name.name + "." + name.overload_name;
+  auto it = outs.find(key);
+  if (it == outs.end()) {
+    const auto outName = outFormOf(name);
+    TORCH_INTERNAL_ASSERT(outName, key, " was routed without an out= form");
+    it = outs.emplace(key, c10::Dispatcher::singleton().findSchemaOrThrow(
+                               outName->name.c_str(), outName->overload_name.c_str()))
+             .first;
+  }
+  const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, n);
+  const c10::List<at::Tensor> self = args[0].toTensorList();
+  c10::List<at::Tensor> results;
+  results.reserve(self.size());
+  if (likeSelf(args)) {
+    for (const at::Tensor& t : self) results.push_back(at::empty_like(t));
+  } else {
+    // The layouts (and dtypes) from the op's Meta kernel, on Meta copies.
+    torch::jit::Stack meta;
+    for (const c10::IValue& arg : args) {
+      if (!arg.isTensorList()) {
+        meta.push_back(arg);
+        continue;
+      }
+      c10::List<at::Tensor> copies;
+      for (const at::Tensor& t : arg.toTensorList())
+        copies.push_back(at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta)));
+      meta.emplace_back(std::move(copies));
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    const at::Device device = self.empty() ? at::Device(at::kMeta) : self.get(0).device();
+    for (const at::Tensor& m : meta.back().toTensorList())
+      results.push_back(at::empty_strided(m.sizes(), m.strides(), m.options().device(device)));
+  }
+  torch::jit::Stack s(args.begin(), args.end());
+  s.emplace_back(results);
+  genericFallback(it->second, &s);
+  torch::jit::drop(*stack, n);
+  stack->emplace_back(std::move(results));
 }
 
 // "_foreach_add_" and the like, for ops on the fusion list.
@@ -91,7 +152,7 @@ bool routed(const c10::OperatorName& name) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
-    const bool functional = unaryFunctional(name);
+    const bool functional = outFormOf(name).has_value();
     if (!routed(name) && !functional) continue;
     std::string op = name.name.substr(6);  // without "aten::"
     if (!name.overload_name.empty()) op += "." + name.overload_name;

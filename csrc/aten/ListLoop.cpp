@@ -75,6 +75,7 @@ struct Form {
   int lists;       // tensor lists after self
   bool hasValue;   // a Scalar or Scalar[] after the lists
   bool hasAlpha;   // add.List's alpha after that
+  bool out = false;  // an out= list last (the functional op's .X_out form)
 };
 
 // "_foreach_mul_.Scalar" and the like: the overloads whose CPU kernels are
@@ -84,22 +85,34 @@ bool formOf(const std::string& name, Form* form) {
   if (name.rfind(prefix, 0) != 0) return false;
   const size_t dot = name.find('.');
   if (dot == std::string::npos) return false;
-  const std::string base = name.substr(prefix.size(), dot - prefix.size());
-  const std::string overload = name.substr(dot + 1);
+  std::string base = name.substr(prefix.size(), dot - prefix.size());
+  std::string overload = name.substr(dot + 1);
+  // The out= form of a functional op (what Foreach.cpp queues for
+  // _foreach_add(...) and the like) computes what the in-place op does,
+  // into `out`.
+  const std::string outSuffix = "_out";
+  if (overload.size() > outSuffix.size() &&
+      overload.compare(overload.size() - outSuffix.size(), outSuffix.size(), outSuffix) == 0) {
+    if (base.empty() || base.back() == '_') return false;
+    overload.resize(overload.size() - outSuffix.size());
+    base += '_';
+    form->out = true;
+  }
   const bool scalar = overload == "Scalar" || overload == "ScalarList";
   if (base == "mul_" || base == "div_" || base == "add_") {
     const auto kind = base == "mul_" ? LoopStep::kMul : base == "div_" ? LoopStep::kDiv : LoopStep::kAdd;
-    if (scalar) *form = {kind, 0, true, false};
-    else if (overload == "List") *form = {kind, 1, false, kind == LoopStep::kAdd};
+    if (scalar) *form = {kind, 0, true, false, form->out};
+    else if (overload == "List") *form = {kind, 1, false, kind == LoopStep::kAdd, form->out};
     else return false;
     return true;
   }
   if (base == "lerp_" && overload == "Scalar") {
-    *form = {LoopStep::kLerp, 1, true, false};
+    *form = {LoopStep::kLerp, 1, true, false, form->out};
     return true;
   }
   if ((base == "addcmul_" || base == "addcdiv_") && scalar) {
-    *form = {base == "addcmul_" ? LoopStep::kAddcmul : LoopStep::kAddcdiv, 2, true, false};
+    *form = {base == "addcmul_" ? LoopStep::kAddcmul : LoopStep::kAddcdiv, 2, true, false,
+             form->out};
     return true;
   }
   return false;
@@ -111,7 +124,7 @@ LoopStep ListLoopOp::at(int64_t index, int64_t begin) const {
   auto ptr = [&](const TensorRefs* list) -> float* {
     return list == nullptr ? nullptr : static_cast<float*>((*list)[index]->data) + begin;
   };
-  LoopStep s{kind, ptr(self), ptr(a), ptr(b), 0.0f, alpha};
+  LoopStep s{kind, ptr(out != nullptr ? out : self), ptr(self), ptr(a), ptr(b), 0.0f, alpha};
   if (!values.empty()) s.value = values.size() == 1 ? values[0] : values[index];
   return s;
 }
@@ -119,7 +132,8 @@ LoopStep ListLoopOp::at(int64_t index, int64_t begin) const {
 bool describeListLoop(const Kernel& k, ListLoopOp* out) {
   Form form{};
   if (!k.outs.empty() || !formOf(k.plan->name, &form)) return false;
-  const size_t expected = 1 + form.lists + (form.hasValue ? 1 : 0) + (form.hasAlpha ? 1 : 0);
+  const size_t expected =
+      1 + form.lists + (form.hasValue ? 1 : 0) + (form.hasAlpha ? 1 : 0) + (form.out ? 1 : 0);
   if (k.slots.size() != expected || !floatList(k.slots[0], nullptr)) return false;
   const TensorRefs* self = &k.slots[0].tensors;
   const TensorRefs* lists[2] = {nullptr, nullptr};
@@ -138,6 +152,10 @@ bool describeListLoop(const Kernel& k, ListLoopOp* out) {
     std::vector<float> alpha;
     if (!scalarValues(k.slots[next], self->size(), &alpha) || alpha.size() != 1) return false;
     op.alpha = alpha[0];
+  }
+  if (form.out) {
+    if (!floatList(k.slots.back(), self)) return false;
+    op.out = &k.slots.back().tensors;
   }
   *out = std::move(op);
   return true;
@@ -175,25 +193,25 @@ bool loopsMatchAten() {
   };
   using K = LoopStep;
   const Probe probes[] = {
-      {"mul_ (scalar)", {K::kMul, nullptr, nullptr, nullptr, 0.9987f, 1}, false, false,
+      {"mul_ (scalar)", {K::kMul, nullptr, nullptr, nullptr, nullptr, 0.9987f, 1}, false, false,
        [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.mul_(0.9987); }},
-      {"mul_", {K::kMul, nullptr, nullptr, nullptr, 0, 1}, true, false,
+      {"mul_", {K::kMul, nullptr, nullptr, nullptr, nullptr, 0, 1}, true, false,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.mul_(a); }},
-      {"div_ (scalar)", {K::kDiv, nullptr, nullptr, nullptr, 1.7f, 1}, false, false,
+      {"div_ (scalar)", {K::kDiv, nullptr, nullptr, nullptr, nullptr, 1.7f, 1}, false, false,
        [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.div_(1.7); }},
-      {"div_", {K::kDiv, nullptr, nullptr, nullptr, 0, 1}, true, false,
+      {"div_", {K::kDiv, nullptr, nullptr, nullptr, nullptr, 0, 1}, true, false,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.div_(a.abs() + 0.5); }},
-      {"add_ (scalar)", {K::kAdd, nullptr, nullptr, nullptr, 1e-3f, 1}, false, false,
+      {"add_ (scalar)", {K::kAdd, nullptr, nullptr, nullptr, nullptr, 1e-3f, 1}, false, false,
        [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.add_(1e-3); }},
-      {"add_ (alpha)", {K::kAdd, nullptr, nullptr, nullptr, 0, 0.37f}, true, false,
+      {"add_ (alpha)", {K::kAdd, nullptr, nullptr, nullptr, nullptr, 0, 0.37f}, true, false,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.add_(a, 0.37); }},
-      {"lerp_ (weight < 0.5)", {K::kLerp, nullptr, nullptr, nullptr, 0.1f, 1}, true, false,
+      {"lerp_ (weight < 0.5)", {K::kLerp, nullptr, nullptr, nullptr, nullptr, 0.1f, 1}, true, false,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.lerp_(a, 0.1); }},
-      {"lerp_ (weight >= 0.5)", {K::kLerp, nullptr, nullptr, nullptr, 0.7f, 1}, true, false,
+      {"lerp_ (weight >= 0.5)", {K::kLerp, nullptr, nullptr, nullptr, nullptr, 0.7f, 1}, true, false,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor&) { s.lerp_(a, 0.7); }},
-      {"addcmul_", {K::kAddcmul, nullptr, nullptr, nullptr, 0.3f, 1}, true, true,
+      {"addcmul_", {K::kAddcmul, nullptr, nullptr, nullptr, nullptr, 0.3f, 1}, true, true,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor& b) { s.addcmul_(a, b, 0.3); }},
-      {"addcdiv_", {K::kAddcdiv, nullptr, nullptr, nullptr, -0.01f, 1}, true, true,
+      {"addcdiv_", {K::kAddcdiv, nullptr, nullptr, nullptr, nullptr, -0.01f, 1}, true, true,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor& b) { s.addcdiv_(a, b, -0.01); }},
   };
   for (const Probe& probe : probes) {
@@ -204,7 +222,8 @@ bool loopsMatchAten() {
     probe.aten(expected, a, b);
     at::Tensor got = self.clone();
     LoopStep step = probe.step;
-    step.self = got.data_ptr<float>();
+    step.out = got.data_ptr<float>();
+    step.self = step.out;
     step.a = probe.usesA ? aLoop.data_ptr<float>() : nullptr;
     step.b = probe.usesB ? b.data_ptr<float>() : nullptr;
     runLoopSteps(&step, 1, n);

@@ -42,6 +42,7 @@ namespace torchneuron {
 struct ListLoopOp {
   LoopStep::Kind kind;
   const TensorRefs* self = nullptr;
+  const TensorRefs* out = nullptr;  // the out= list of a functional op's .X_out form; else self
   const TensorRefs* a = nullptr;
   const TensorRefs* b = nullptr;
   std::vector<float> values;  // one for every index, or one per index
@@ -54,7 +55,7 @@ struct ListLoopOp {
 struct Kernel;
 // Whether the queued foreach kernel `k` is one of the ops above (the
 // in-place overloads with a Scalar, a Scalar list or, for mul/div/add, a
-// tensor list) over dense float32 tensors of self's shape at each index, with
+// tensor list, and the out= forms of the same functional overloads) over dense float32 tensors of self's shape at each index, with
 // scalars ATen converts to float without raising; then *out describes it.
 bool describeListLoop(const Kernel& k, ListLoopOp* out);
 

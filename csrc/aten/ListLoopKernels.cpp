@@ -49,7 +49,8 @@ constexpr bool kScalarOperand = K == LoopStep::kMul || K == LoopStep::kDiv || K 
 // written).
 template <LoopStep::Kind K>
 void runStep(const LoopStep& s, int64_t begin, int64_t len) {
-  float* x = s.self + begin;
+  float* out = s.out + begin;
+  const float* x = s.self + begin;
   const float* a = s.a != nullptr ? s.a + begin : nullptr;
   const float* b = s.b != nullptr ? s.b + begin : nullptr;
   const __m512 scalar = _mm512_set1_ps(s.value);
@@ -59,7 +60,7 @@ void runStep(const LoopStep& s, int64_t begin, int64_t len) {
     if (!kScalarOperand<K> || a != nullptr) va = _mm512_maskz_loadu_ps(m, a + i);
     __m512 vb = _mm512_setzero_ps();
     if (K == LoopStep::kAddcmul || K == LoopStep::kAddcdiv) vb = _mm512_maskz_loadu_ps(m, b + i);
-    _mm512_mask_storeu_ps(x + i, m, compute<K>(s, vx, va, vb));
+    _mm512_mask_storeu_ps(out + i, m, compute<K>(s, vx, va, vb));
   };
   int64_t i = 0;
   for (; i + kLanes <= len; i += kLanes) lanes(i, static_cast<__mmask16>(0xFFFF));

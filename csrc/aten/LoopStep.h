@@ -11,7 +11,8 @@ namespace torchneuron {
 
 struct LoopStep {
   enum Kind : uint8_t { kMul, kDiv, kAdd, kLerp, kAddcmul, kAddcdiv } kind;
-  float* self;     // read and written
+  float* out;        // written: self for an in-place op, else the op's out=
+  const float* self;
   const float* a;  // the other tensor (mul/div/add: nullptr, then `value`)
   const float* b;  // addcmul's and addcdiv's second tensor
   float value;     // mul/div/add's scalar, lerp's weight, addcmul's/addcdiv's value
