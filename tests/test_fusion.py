@@ -328,6 +328,25 @@ def test_foreach_lists_aliased_across_indices_keep_serial_order(fusion_on, n):
         assert_bitwise(run_neuron(program, inputs, fused=fused), ref)
 
 
+def test_foreach_lists_over_two_devices_run_each_index_on_its_device(two_devices):
+    # One queued item cannot hold tensors of two devices: such calls (in
+    # place and functional) run the composite kernel, each index's op on its
+    # own device, as CUDA does, with CPU's values.
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(n, generator=g) for n in (5, 70001)]
+    ys = [torch.randn(n, generator=g) for n in (5, 70001)]
+    devs = [torch.device("neuron", 0), torch.device("neuron", 1)]
+    a, b = [x.to(d) for x, d in zip(xs, devs)], [y.to(d) for y, d in zip(ys, devs)]
+    out = torch._foreach_add(a, b, alpha=2.0)
+    assert [o.device for o in out] == devs
+    assert_bitwise([o.cpu() for o in out], torch._foreach_add(xs, ys, alpha=2.0))
+    torch._foreach_lerp_(a, b, 0.3)
+    torch._foreach_lerp_(xs, ys, 0.3)
+    assert_bitwise([t.cpu() for t in a], xs)
+    assert_bitwise([t.cpu() for t in torch._foreach_sqrt([t.abs() for t in a])],
+                   torch._foreach_sqrt([t.abs() for t in xs]))
+
+
 @requires_async
 def test_foreach_ops_touching_shifted_views_at_one_index_are_not_blocked(fusion_on):
     # At index 0 the second call reads b, which overlaps what the first call

@@ -30,7 +30,38 @@
 namespace torchneuron {
 namespace {
 
+// Whether the tensors of a foreach call's arguments lie on more than one
+// device (an index's op then runs on its own tensors' device).
+bool spansDevices(c10::ArrayRef<c10::IValue> args) {
+  std::optional<c10::Device> device;
+  for (const c10::IValue& arg : args) {
+    if (!arg.isTensorList()) continue;
+    for (const at::Tensor& t : arg.toTensorList()) {
+      if (!t.defined()) continue;
+      if (!device) device = t.device();
+      else if (t.device() != *device) return true;
+    }
+  }
+  return false;
+}
+
+// Runs the op's composite kernel (one call of the per-tensor op per index,
+// each on its own tensors' device: what a PrivateUse1 device gets without
+// these routes, and what CUDA does with such lists). That kernel fills the
+// CPU slot of every foreach op without a CPU kernel of its own; false
+// (nothing run) for an op that has one.
+bool runComposite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+      !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))
+    return false;
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  return true;
+}
+
 void foreachEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // Lists over several devices: one queued item cannot hold them.
+  const size_t n = op.schema().arguments().size();
+  if (spansDevices(torch::jit::last(*stack, n)) && runComposite(op, stack)) return;
   genericFallback(op, stack);
 }
 
@@ -113,6 +144,7 @@ void functionalEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
              .first;
   }
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, n);
+  if (spansDevices(args) && runComposite(op, stack)) return;
   const c10::List<at::Tensor> self = args[0].toTensorList();
   c10::List<at::Tensor> results;
   results.reserve(self.size());
