@@ -256,25 +256,27 @@ struct Segments {
 // Whether ops may be computed element by element together at each index:
 // the same number of elements there, and memory one writes touched by
 // another only as the very same range.
-bool interleavable(c10::ArrayRef<FusibleOp*> ops) {
+bool interleavable(c10::ArrayRef<const FusibleOp*> ops) {
   for (const FusibleOp* op : ops)
     if (op->indexNumel != ops[0]->indexNumel) return false;
-  const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
-  return noConflictingOverlap(held, [](const auto& x, const auto& y) {
-    return !sameRange(x.range, y.range);
-  });
+  return noConflictingOverlap(
+      ops, [](const auto& x, const auto& y) { return !sameRange(x.range, y.range); });
 }
 
-Segments segmentsOf(c10::ArrayRef<FusibleOp*> ops, bool loops) {
+// `interleaved`: the caller has shown the whole pass interleavable, and so
+// every run of its ops.
+Segments segmentsOf(c10::ArrayRef<FusibleOp*> ops, bool interleaved) {
   Segments s;
-  s.loops.resize(ops.size());
   std::vector<char> loop(ops.size(), 0);
-  if (loops && listLoopsEnabled())
+  if (listLoopsEnabled()) {
+    s.loops.resize(ops.size());
     for (size_t k = 0; k < ops.size(); ++k) loop[k] = ops[k]->describeLoop(&s.loops[k]);
+  }
   for (size_t k = 0; k < ops.size();) {
     size_t end = k;
     while (end < ops.size() && loop[end]) ++end;
-    if (end - k >= 2 && interleavable(ops.slice(k, end - k))) {
+    const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> run(ops.begin() + k, ops.begin() + end);
+    if (run.size() >= 2 && (interleaved || interleavable(run))) {
       s.list.push_back({k, end, true});
       s.loopOps += static_cast<int64_t>(end - k);
       k = end;
@@ -283,6 +285,13 @@ Segments segmentsOf(c10::ArrayRef<FusibleOp*> ops, bool loops) {
       ++k;
     }
   }
+  return s;
+}
+
+// A pass whose ops each run by their own kernel.
+Segments plainSegments(size_t n) {
+  Segments s;
+  for (size_t k = 0; k < n; ++k) s.list.push_back({k, k + 1, false});
   return s;
 }
 
@@ -323,14 +332,14 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps)
     }
   };
   if (small) {
-    const Segments segs = segmentsOf(ops, /*loops=*/true);
+    const Segments segs = segmentsOf(ops, /*interleaved=*/false);
     *loopOps = segs.loopOps;
     at::parallel_for(0, length, 1, [&](int64_t begin, int64_t end) { runIndices(segs, begin, end); });
     return false;
   }
   const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
   if (indexwiseElementwise(held)) {
-    const Segments segs = segmentsOf(ops, /*loops=*/true);
+    const Segments segs = segmentsOf(ops, /*interleaved=*/true);
     *loopOps = segs.loopOps;
     // Large tensors: index by index, every op on a block of elements
     // before the next block, so an optimizer step's ops meet a parameter's
@@ -357,8 +366,7 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps)
     return true;
   }
   // Each op splits its own large tensors: no loops.
-  const Segments plain = segmentsOf(ops, /*loops=*/false);
-  runIndices(plain, 0, length);
+  runIndices(plainSegments(ops.size()), 0, length);
   return false;
 }
 
@@ -444,9 +452,8 @@ bool indexwiseIndependent(c10::ArrayRef<const FusibleOp*> ops) {
 
 bool indexwiseElementwise(c10::ArrayRef<const FusibleOp*> ops) {
   for (const FusibleOp* op : ops)
-    if (!op->elementwiseLists || op->indexNumel != ops[0]->indexNumel) return false;
-  return noConflictingOverlap(
-      ops, [](const auto& x, const auto& y) { return !sameRange(x.range, y.range); });
+    if (!op->elementwiseLists) return false;
+  return interleavable(ops);
 }
 
 bool fusibleOpName(const std::string& name) {
