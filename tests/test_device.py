@@ -210,6 +210,45 @@ def test_compute_threads_setting_is_applied():
     assert r.stdout.split() == [kernel, "1", "2"], r.stdout
 
 
+MKL_PROBE = """
+    import torch, torchneuron
+    for n in (1, 2, 1):
+        torch.set_num_threads(n)
+        x = torch.ones(4, device="neuron") + 1  # a launch publishes the counts
+        count, own = torchneuron._C._kernel_mkl_threads()
+        print(n, count, own)
+"""
+
+
+def test_kernels_mkl_count_follows_openmps():
+    # A worker's MKL computes with the worker's OpenMP count, torch's, with
+    # no MKL count of the worker's own: one makes MKL fork threads inside
+    # OpenMP regions too (CPU's flash attention calls sgemm inside one;
+    # ComputeThreads.cpp).
+    r = run_python(MKL_PROBE)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    if rows[0][1] == "-1":
+        pytest.skip("torch without MKL")
+    if LAUNCH_BLOCKING:
+        return  # the kernel ran on the user's thread, left as it is
+    assert rows == [["1", "1", "0"], ["2", "2", "0"], ["1", "1", "0"]], r.stdout
+
+
+def test_configured_compute_threads_reach_mkl():
+    # NEURON_RT_COMPUTE_THREADS=2 over torch.set_num_threads(1): the
+    # worker's MKL uses 2 whatever the user's thread uses, still without a
+    # count of its own.
+    r = run_python(MKL_PROBE, env={"NEURON_RT_COMPUTE_THREADS": "2"})
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()]
+    if rows[0][1] == "-1":
+        pytest.skip("torch without MKL")
+    if LAUNCH_BLOCKING:
+        return
+    assert rows == [["1", "2", "0"], ["2", "2", "0"], ["1", "2", "0"]], r.stdout
+
+
 NICE_PROBE = """
     import os, threading, torch, torchneuron
     torch.set_num_threads(2)

@@ -21,6 +21,7 @@
 // MKL's per-thread thread count, which libtorch_cpu exports when torch is
 // built with MKL (weak: a torch without MKL has none, and then no MKL kernels).
 extern "C" int MKL_Set_Num_Threads_Local(int) __attribute__((weak));
+extern "C" int MKL_Get_Max_Threads() __attribute__((weak));
 
 namespace torchneuron {
 namespace {
@@ -116,6 +117,25 @@ void lowerPriorityOnce() {
   (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), std::min(19, current + nice));
 }
 
+// MKL's count on an executor worker: `want`, and none of the worker's own
+// where MKL's count follows the thread's OpenMP count without one (it does
+// here). torch.set_num_threads gives the user's thread a count of its own
+// (mkl_set_num_threads_local) and MKL then forks threads of its own even
+// when called inside an OpenMP region, where without one it computes on
+// the calling thread. CPU's flash attention calls sgemm inside its
+// parallel_for: 16x4x64x32 causal attention took the device 522-546 us
+// against CPU eager's 400 (no torch.set_num_threads) with a worker count of
+// 2 on 2 cores, and 396-402 without one; after torch.set_num_threads(2)
+// CPU eager's own takes 575-800. mm 1024x128 @ 128x512: 668-688 us either
+// way, and 1310-1326 with 1 thread, so the worker's products do use `want`
+// (also under NEURON_RT_COMPUTE_THREADS=2 after torch.set_num_threads(1):
+// 668-754 us; 1320 us, as on 1 thread, where a worker made no MKL call).
+void alignMklThreads(int want) {
+  if (MKL_Set_Num_Threads_Local == nullptr || MKL_Get_Max_Threads == nullptr) return;
+  MKL_Set_Num_Threads_Local(0);  // follow the thread's OpenMP count
+  if (MKL_Get_Max_Threads() != want) MKL_Set_Num_Threads_Local(want);
+}
+
 }  // namespace
 
 void noteLaunchComputeThreads() {
@@ -143,15 +163,17 @@ void applyComputeThreads() {
   // cannot undo this one later.
   if (applied == 0) (void)at::get_num_threads();
   omp_set_num_threads(want);
-  // MKL keeps a count of its own per thread; unset on an executor worker, its
-  // sgemm ran mid-size products as on one thread (128 x 128: 23.5 us against
-  // CPU eager's 17.3 with the user's 2 threads; 19.1 with this). ATen sets
-  // both for a thread of the user's (at::set_num_threads); that also writes
-  // process-wide settings, which a worker must not change.
-  if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(want);
+  alignMklThreads(want);
   applied = want;
 }
 
 int currentComputeThreads() { return at::get_num_threads(); }
+
+std::pair<int, int> currentMklThreads() {
+  if (MKL_Set_Num_Threads_Local == nullptr || MKL_Get_Max_Threads == nullptr) return {-1, 0};
+  const int own = MKL_Set_Num_Threads_Local(0);  // reading it takes a write
+  MKL_Set_Num_Threads_Local(own);
+  return {MKL_Get_Max_Threads(), own};
+}
 
 }  // namespace torchneuron

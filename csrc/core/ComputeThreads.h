@@ -21,6 +21,8 @@
 // says why); a launching thread's priority is never changed either.
 #pragma once
 
+#include <utility>
+
 namespace torchneuron {
 
 // Host side, at each launch: publishes the launching thread's count.
@@ -32,5 +34,9 @@ void applyComputeThreads();
 
 // The count the executing thread computes with (at::get_num_threads()).
 int currentComputeThreads();
+
+// MKL's count on the executing thread, and the part of it that is the
+// thread's own (0: MKL follows the thread's OpenMP count); {-1, 0} without MKL.
+std::pair<int, int> currentMklThreads();
 
 }  // namespace torchneuron

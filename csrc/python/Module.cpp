@@ -226,6 +226,16 @@ PYBIND11_MODULE(_C, m) {
     getCurrentStream().synchronize();
     return seen->load();
   });
+  // MKL's count on a kernel of the current stream and the part that is the
+  // worker's own (ComputeThreads.cpp, alignMklThreads).
+  m.def("_kernel_mkl_threads", [] {
+    lazyInit();
+    auto seen = std::make_shared<std::pair<int, int>>();
+    launchOnStream(getCurrentStream(), "torchneuron::_kernel_mkl_threads",
+                   [seen] { *seen = currentMklThreads(); });
+    getCurrentStream().synchronize();
+    return *seen;
+  });
   m.def("_build_info", [] {
     py::dict d;
     d["compiler"] = std::string(__VERSION__);
