@@ -82,6 +82,51 @@ def test_binary_ops_match_cpu(op, dtype):
     same(nout, out)
 
 
+SCALARS = [0.3, -2, True, 1e300, float("nan"), 2**40, 3 + 2j,
+           torch.tensor(0.3, dtype=torch.float64), torch.tensor(-1.5, dtype=torch.float16),
+           torch.tensor(7, dtype=torch.int16)]
+
+
+def outcome(fn):
+    try:
+        return fn()
+    except (RuntimeError, TypeError) as e:
+        return e
+
+
+def same_outcome(neuron, cpu):
+    if isinstance(cpu, Exception):
+        assert type(neuron) is type(cpu) and str(neuron) == str(cpu), (neuron, cpu)
+    else:
+        assert not isinstance(neuron, Exception), neuron
+        if cpu.dtype == torch.complex32:  # no comparison kernels: compare exactly widened
+            assert neuron.dtype == cpu.dtype
+            neuron, cpu = on(neuron.cpu().to(torch.complex64)), cpu.to(torch.complex64)
+        same(neuron, cpu)
+
+
+@pytest.mark.parametrize("n", [64, 8192])  # queued alone / fusible
+@pytest.mark.parametrize("dtype", DTYPES + [torch.int32, torch.int64, torch.uint8, torch.bool,
+                                            torch.complex64])
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_scalar_operands_match_cpu(op, dtype, n):
+    # A Python number or CPU scalar tensor reaches CPU's kernel in the dtype
+    # it computes in (HostScalar.h); Half and BFloat16 keep it as given.
+    f = BINARY[op]
+    g = torch.Generator().manual_seed(5)
+    a = (torch.randn(n, generator=g) * 10).to(dtype)
+    for s in SCALARS:
+        same_outcome(outcome(lambda: f(on(a), s)), outcome(lambda: f(a, s)))
+        x, nx = a.clone(), on(a)
+        same_outcome(outcome(lambda: getattr(nx, op + "_")(s)),
+                     outcome(lambda: getattr(x, op + "_")(s)))
+        same_outcome(outcome(lambda: nx), outcome(lambda: x))  # nothing written on failure
+        for out_dtype in (dtype, torch.float64):
+            out, nout = torch.empty(n, dtype=out_dtype), on(torch.empty(n, dtype=out_dtype))
+            cpu = outcome(lambda: getattr(torch, op)(a, s, out=out))
+            same_outcome(outcome(lambda: getattr(torch, op)(on(a), s, out=nout)), cpu)
+
+
 @pytest.mark.parametrize("call", [
     lambda a, b: a.bool() - b.bool(),                    # sub of bools
     lambda a, b: torch.sub(a.long(), b.long(), alpha=0.5),  # float alpha, integer tensors

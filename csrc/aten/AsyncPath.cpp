@@ -225,9 +225,12 @@ bool prepTensor(const at::Tensor& t, bool written, bool out, c10::DeviceIndex de
     return true;
   }
   // CPU scalars mix with device tensors (like CUDA); anything else is the
-  // slow path's device-mismatch error. The copy pins the value at enqueue.
+  // slow path's device-mismatch error. The copy pins the value at enqueue. A
+  // Python number's wrapped tensor is the binding's own and is kept as is: a
+  // copy would lose the wrapped-number mark, and the kernel would promote
+  // with it as a double tensor (bool + 0.3 computed in float64, not float32).
   if (written || !t.device().is_cpu() || (t.dim() != 0 && !hostValues)) return false;
-  *other = t.clone();
+  *other = t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
   return true;
 }
 

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "aten/Common.h"
+#include "aten/HostScalar.h"
 #include "aten/Launch.h"
 
 #include <ATen/EmptyTensor.h>
@@ -59,6 +60,13 @@ struct Operand {
   at::Tensor cpu() const {
     if (host.defined()) return host;
     return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
+  }
+
+  // As cpu(), with a CPU scalar in `type` (hostScalarAs) unless that is
+  // Undefined.
+  at::Tensor cpuAs(at::ScalarType type) const {
+    if (host.defined() && type != at::ScalarType::Undefined) return hostScalarAs(host, type);
+    return cpu();
   }
 
   // Elements [begin, end) of a contiguous operand; a scalar whole.

@@ -89,11 +89,24 @@ struct FastOp final : FusibleOp {
   Kind kind;
   Operand out, a, b;
   at::Scalar alpha;
-  void run() override { compute(kind, out.cpu(), a.cpu(), b.cpu(), alpha); }
+  at::ScalarType scalarType;  // of CPU scalar operands (scalarTypeFor)
+  void run() override {
+    compute(kind, out.cpu(), a.cpuAs(scalarType), b.cpuAs(scalarType), alpha);
+  }
   void runRange(int64_t begin, int64_t end) override {
-    compute(kind, out.piece(begin, end), a.piece(begin, end), b.piece(begin, end), alpha);
+    // A CPU scalar operand is whole in each piece.
+    const bool sa = a.host.defined(), sb = b.host.defined();
+    compute(kind, out.piece(begin, end), sa ? a.cpuAs(scalarType) : a.piece(begin, end),
+            sb ? b.cpuAs(scalarType) : b.piece(begin, end), alpha);
   }
 };
+
+// The dtype a CPU scalar operand is handed to the kernel in: the one its
+// TensorIterator computes in (the operands' result type), where the
+// kernel would convert it to that anyway (HostScalar.h); else Undefined.
+at::ScalarType scalarTypeFor(at::ScalarType resultType) {
+  return convertibleScalarType(resultType) ? resultType : at::ScalarType::Undefined;
+}
 
 bool fusible(const at::Tensor& t, const at::Tensor& out) {
   if (t.device().is_cpu() || t.dim() == 0) return true;
@@ -101,8 +114,9 @@ bool fusible(const at::Tensor& t, const at::Tensor& out) {
 }
 
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
-             const at::Tensor& b, const at::Scalar& alpha) {
+             const at::Tensor& b, const at::Scalar& alpha, at::ScalarType resultType) {
   auto stream = getCurrentStream(out.device().index());
+  const at::ScalarType scalarType = scalarTypeFor(resultType);
   if (out.numel() >= kMinFusibleElements && fusionEnabled() && out.is_contiguous() &&
       fusible(a, out) && fusible(b, out)) {
     auto op = std::make_unique<FastOp>();
@@ -111,13 +125,14 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
     op->a = Operand::of(a);
     op->b = Operand::of(b);
     op->alpha = alpha;
+    op->scalarType = scalarType;
     op->numel = out.numel();
     launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
     return;
   }
   launchOnStream(stream, name, [kind, ro = Operand::of(out, /*written=*/true), ra = Operand::of(a),
-                                rb = Operand::of(b), alpha]() {
-    compute(kind, ro.cpu(), ra.cpu(), rb.cpu(), alpha);
+                                rb = Operand::of(b), alpha, scalarType]() {
+    compute(kind, ro.cpu(), ra.cpuAs(scalarType), rb.cpuAs(scalarType), alpha);
   });
 }
 
@@ -151,6 +166,9 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
   } catch (const c10::Error&) {
     return {};
   }
+  // Nor results of other dtypes (bfloat16 + a complex number gives
+  // BComplex32, which CPU's kernels lack).
+  if (!fastDtype(rtype)) return {};
   if (namesOf(kind).alpha && !alphaIsSimple(alpha, rtype)) return {};
   // True division of integers gives the default float dtype: the generic path.
   if (kind == Kind::Div && !(at::isFloatingType(rtype) || at::isComplexType(rtype))) return {};
@@ -175,7 +193,7 @@ at::Tensor tryFast(Kind kind, const char* name, const at::Tensor& self, const at
       }
     }
   }
-  if (out.numel() > 0) enqueue(kind, name, out, self, other, alpha);
+  if (out.numel() > 0) enqueue(kind, name, out, self, other, alpha, rtype);
   return out;
 }
 
