@@ -69,9 +69,12 @@ struct Operand {
     return cpu();
   }
 
-  // Elements [begin, end) of a contiguous operand; a scalar whole.
-  at::Tensor piece(int64_t begin, int64_t end) const {
-    if (host.defined() || sizes.empty()) return cpu();
+  // Elements [begin, end) of a contiguous operand; a scalar whole (a CPU
+  // one as cpuAs(type)).
+  at::Tensor piece(int64_t begin, int64_t end,
+                   at::ScalarType type = at::ScalarType::Undefined) const {
+    if (host.defined()) return cpuAs(type);
+    if (sizes.empty()) return cpu();
     return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
                          at::TensorOptions().dtype(dtype));
   }

@@ -275,8 +275,9 @@ Segments segmentsOf(c10::ArrayRef<FusibleOp*> ops, bool interleaved) {
   for (size_t k = 0; k < ops.size();) {
     size_t end = k;
     while (end < ops.size() && loop[end]) ++end;
-    const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> run(ops.begin() + k, ops.begin() + end);
-    if (run.size() >= 2 && (interleaved || interleavable(run))) {
+    if (end - k >= 2 &&
+        (interleaved || interleavable(c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED>(
+                            ops.begin() + k, ops.begin() + end)))) {
       s.list.push_back({k, end, true});
       s.loopOps += static_cast<int64_t>(end - k);
       k = end;

@@ -94,10 +94,8 @@ struct FastOp final : FusibleOp {
     compute(kind, out.cpu(), a.cpuAs(scalarType), b.cpuAs(scalarType), alpha);
   }
   void runRange(int64_t begin, int64_t end) override {
-    // A CPU scalar operand is whole in each piece.
-    const bool sa = a.host.defined(), sb = b.host.defined();
-    compute(kind, out.piece(begin, end), sa ? a.cpuAs(scalarType) : a.piece(begin, end),
-            sb ? b.cpuAs(scalarType) : b.piece(begin, end), alpha);
+    compute(kind, out.piece(begin, end), a.piece(begin, end, scalarType),
+            b.piece(begin, end, scalarType), alpha);
   }
 };
 
