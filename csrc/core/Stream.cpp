@@ -59,8 +59,11 @@ std::vector<std::unique_ptr<DeviceStreams>>& allDevices() {
 }
 
 DeviceStreams& deviceStreams(c10::DeviceIndex device) {
-  checkDeviceIndex(device);
-  auto& ds = *allDevices()[device];
+  auto& devices = allDevices();  // one entry per visible device
+  if (C10_UNLIKELY(device < 0 || static_cast<size_t>(device) >= devices.size())) {
+    checkDeviceIndex(device);  // raises the usual error
+  }
+  auto& ds = *devices[device];
   if (C10_LIKELY(ds.ready.load(std::memory_order_acquire))) return ds;
   std::call_once(ds.default_once, [&ds, device] {
     lazyInit();
@@ -97,9 +100,17 @@ c10::Stream makeStream(c10::DeviceIndex device, c10::StreamId id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
 }
 
-// Per-thread current stream id for each device (0 = default stream).
-std::vector<c10::StreamId>& threadCurrentStreams() {
-  thread_local std::vector<c10::StreamId> current(static_cast<size_t>(deviceCount()), 0);
+// Per-thread current stream of each device: its id (0 = default stream)
+// and, once resolved, its runtime handle. Every launch asks for the current
+// stream's handle; caching it here saves the id-to-handle lookup per op.
+// Handles of default and pool streams live as long as the process.
+struct CurrentStreams {
+  std::vector<c10::StreamId> ids;
+  std::vector<nrtStream_t> handles;  // 0: not resolved yet
+};
+CurrentStreams& threadCurrentStreams() {
+  thread_local CurrentStreams current{std::vector<c10::StreamId>(deviceCount(), 0),
+                                      std::vector<nrtStream_t>(deviceCount(), 0)};
   return current;
 }
 
@@ -108,6 +119,10 @@ std::vector<c10::StreamId>& threadCurrentStreams() {
 NeuronStream::NeuronStream(c10::Stream stream) : stream_(stream) {
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
               "Expected a neuron stream, got a stream of device type ", stream.device_type());
+}
+
+NeuronStream::NeuronStream(c10::Stream stream, nrtStream_t handle) : NeuronStream(stream) {
+  handle_ = handle;
 }
 
 nrtStream_t streamHandle(const c10::Stream& stream) {
@@ -124,7 +139,7 @@ nrtStream_t streamHandle(const c10::Stream& stream) {
                     static_cast<int>(packed % kStreamsPerPool));
 }
 
-nrtStream_t NeuronStream::handle() const { return streamHandle(stream_); }
+nrtStream_t NeuronStream::handle() const { return handle_ ? handle_ : streamHandle(stream_); }
 
 int NeuronStream::priority() const {
   int prio = 0;
@@ -155,15 +170,20 @@ NeuronStream getDefaultStream(c10::DeviceIndex device) {
 
 NeuronStream getCurrentStream(c10::DeviceIndex device) {
   device = resolveDevice(device);
-  deviceStreams(device);
-  return NeuronStream(makeStream(device, threadCurrentStreams()[device]));
+  auto& current = threadCurrentStreams();
+  const c10::Stream stream = makeStream(device, current.ids[device]);
+  nrtStream_t& handle = current.handles[device];
+  if (C10_UNLIKELY(handle == 0)) handle = streamHandle(stream);
+  return NeuronStream(stream, handle);
 }
 
 void setCurrentStream(const NeuronStream& stream) {
   auto device = stream.device_index();
   // Validates the id (and creates the pool) before making it current.
-  streamHandle(stream.unwrap());
-  threadCurrentStreams()[device] = stream.id();
+  const nrtStream_t handle = streamHandle(stream.unwrap());
+  auto& current = threadCurrentStreams();
+  current.ids[device] = stream.id();
+  current.handles[device] = handle;
 }
 
 NeuronStream getStreamFromPool(int priority, c10::DeviceIndex device) {

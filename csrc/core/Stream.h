@@ -23,6 +23,9 @@ class NeuronStream {
  public:
   // Wraps a c10::Stream of device type PrivateUse1 (checked).
   explicit NeuronStream(c10::Stream stream);
+  // As above, with the stream's runtime handle already resolved (what
+  // getCurrentStream hands out: every launch asks for the handle).
+  NeuronStream(c10::Stream stream, nrtStream_t handle);
 
   nrtStream_t handle() const;
   c10::Stream unwrap() const { return stream_; }
@@ -40,6 +43,7 @@ class NeuronStream {
 
  private:
   c10::Stream stream_;
+  nrtStream_t handle_ = 0;  // 0: resolved by handle() on each call
 };
 
 // The stream handle behind a c10::Stream of this backend.
