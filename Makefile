@@ -15,7 +15,7 @@ BACKEND := $(wildcard setup.py)
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 
-.PHONY: all demo test build bench bench-py bench-pointwise deps venv runtime-tests runtime-demo sanitize \
+.PHONY: all demo test build bench bench-py bench-parity bench-pointwise deps venv runtime-tests runtime-demo sanitize \
         asan tsan backend python-tests conformance clean fuzz fuzz-build fuzz-short \
         reliability exit-stress bench-compile bench-distributed test-distributed-long
 
@@ -165,6 +165,10 @@ bench-distributed: backend
 # on neuron and CPU eager.
 bench-kernels: backend
 	$(PYTHON) bench/bench_kernels.py
+
+# Every ATen call of a training step: the device's kernel time vs CPU eager's.
+bench-parity: backend
+	$(PYTHON) bench/bench_kernel_parity.py --models gpt,resnet18,llama
 
 runtime-demo: build
 	./build/examples/runtime_demo
