@@ -82,6 +82,37 @@ def test_binary_ops_match_cpu(op, dtype):
     same(nout, out)
 
 
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_ops_on_flat_operands_match_cpu(op):
+    """Calls whose device operands are all contiguous of the output's shape
+    or 0-dim run over 1-D views (Pointwise.cpp's FlatOperand): storage
+    offsets, 0-dim device operands, mixed dtypes and outputs that are slices
+    of larger buffers must come out as on CPU, and nothing outside them may
+    change."""
+    f = BINARY[op]
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 5, 7, generator=g)
+    other = torch.randn(5, 5, 7, generator=g) + 4  # no zero divisors
+    a, na = base[1:], on(base)[1:]                 # contiguous, storage offset 35
+    assert na.is_contiguous() and na.storage_offset() == 35
+    same(f(na, on(other)), f(a, other))
+    for scalar in (torch.tensor(2.5), torch.tensor(3, dtype=torch.int64),
+                   torch.tensor(0.5, dtype=torch.float64)):
+        same(f(na, on(scalar)), f(a, scalar))      # a 0-dim device operand
+        same(f(on(scalar), na), f(scalar, a))
+    ints = (other * 3).to(torch.int32)
+    same(f(na, on(ints)), f(a, ints))              # promotion, same shape
+    same(f(on(ints), na), f(ints, a))
+    buf, nbuf = torch.zeros(7, 5, 7), on(torch.zeros(7, 5, 7))
+    getattr(torch, op)(a, other, out=buf[1:6])     # out= a slice
+    getattr(torch, op)(na, on(other), out=nbuf[1:6])
+    same(nbuf, buf)
+    x, nx = base.clone(), on(base)
+    getattr(x[2:4], op + "_")(other[:2])           # in place on a slice
+    getattr(nx[2:4], op + "_")(on(other)[:2])
+    same(nx, x)
+
+
 SCALARS = [0.3, -2, True, 1e300, float("nan"), 2**40, 3 + 2j,
            torch.tensor(0.3, dtype=torch.float64), torch.tensor(-1.5, dtype=torch.float16),
            torch.tensor(7, dtype=torch.int16)]
