@@ -194,12 +194,14 @@ UNARY = ["exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf", 
 @pytest.mark.parametrize("op", UNARY + ["silu"])
 def test_unary_ops_match_cpu(op, dtype):
     # Values over each op's domain and outside it (NaN results), signed
-    # zeros, infinities and tiny values; contiguous, transposed and sliced
-    # inputs (made on each device), and a large one the direct path leaves
-    # to fusion. Bits and strides are compared, NaNs included.
+    # zeros, infinities and tiny values; contiguous, transposed, sliced,
+    # offset (a contiguous slice) and channels-last inputs (made on each
+    # device), and a large one the direct path leaves to fusion. Bits and
+    # strides are compared, NaNs included.
     f = getattr(F, op) if op == "silu" else getattr(torch, op)
     special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-30, -1e-30])
-    views = [lambda t: t, lambda t: t.transpose(0, -1), lambda t: t[..., ::2]]
+    views = [lambda t: t, lambda t: t.transpose(0, -1), lambda t: t[..., ::2], lambda t: t[1:],
+             lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t]
     for shape in [(64,), (3, 5, 7), (2, 3, 4, 5), (70, 70), (5000,)]:
         base = torch.randn(shape, generator=torch.Generator().manual_seed(1)) * 4
         base.view(-1)[:7] = special

@@ -80,6 +80,44 @@ struct Operand {
   }
 };
 
+// An operand of a flat call: the kernel computes over 1-D views of the
+// operands' memory. Valid where every device operand is either 0-dim or
+// dense with the same sizes and strides as the output (contiguous ones, or a
+// unary op's input and its output laid out alike): TensorIterator coalesces
+// such operands to one dimension in memory order anyway, as the fusion
+// pass's pieces do, so the elements and the loop are the same. The closure
+// then holds no sizes or strides: three of these and a Scalar fit in two
+// cache lines, which the host writes and the executor reads per small op
+// (three Operands take eight).
+struct FlatOperand {
+  void* data = nullptr;  // the lowest address of the operand's elements
+  at::Tensor host;       // a CPU scalar operand, kept as Operand keeps it
+  at::ScalarType dtype = at::kFloat;
+  bool zeroDim = false;
+
+  static FlatOperand of(const at::Tensor& t, bool written = false) {
+    FlatOperand r;
+    if (t.device().is_cpu()) {
+      r.host = Operand::of(t).host;
+      return r;
+    }
+    r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
+    r.dtype = t.scalar_type();
+    r.zeroDim = t.dim() == 0;
+    return r;
+  }
+
+  // A CPU view of `numel` elements (a CPU scalar in `type` unless that is
+  // Undefined, as Operand::cpuAs).
+  at::Tensor cpu(int64_t numel, at::ScalarType type = at::ScalarType::Undefined) const {
+    if (host.defined()) {
+      return type == at::ScalarType::Undefined ? host : hostScalarAs(host, type);
+    }
+    const auto options = at::TensorOptions().dtype(dtype);
+    return zeroDim ? at::from_blob(data, {}, options) : at::from_blob(data, {numel}, options);
+  }
+};
+
 // The floating dtypes the direct paths of relu, sum, mm and addmm take; the
 // others go the generic way (integer promotion, missing kernels).
 inline bool floatingDtype(at::ScalarType t) {

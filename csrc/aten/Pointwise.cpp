@@ -111,38 +111,6 @@ bool fusible(const at::Tensor& t, const at::Tensor& out) {
   return t.sizes() == out.sizes() && t.is_contiguous();
 }
 
-// An operand of a flat call (every device operand contiguous of the
-// output's shape, or 0-dim): its elements are computed as over a 1-D view
-// (TensorIterator coalesces such operands to one dimension anyway, as the
-// fusion pass's pieces do), so the closure needs no sizes or strides. Three
-// of these and alpha fit in two cache lines; three Operands take eight,
-// which the host writes and the executor reads for every small op.
-struct FlatOperand {
-  void* data = nullptr;
-  at::Tensor host;  // a CPU scalar operand
-  at::ScalarType dtype = at::kFloat;
-  bool zeroDim = false;
-
-  static FlatOperand of(const at::Tensor& t, bool written = false) {
-    FlatOperand r;
-    if (t.device().is_cpu()) {
-      r.host = Operand::of(t).host;  // snapshotted as Operand does
-      return r;
-    }
-    r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
-    r.dtype = t.scalar_type();
-    r.zeroDim = t.dim() == 0;
-    return r;
-  }
-  at::Tensor cpu(int64_t numel, at::ScalarType type) const {
-    if (host.defined()) {
-      return type == at::ScalarType::Undefined ? host : hostScalarAs(host, type);
-    }
-    const auto options = at::TensorOptions().dtype(dtype);
-    return zeroDim ? at::from_blob(data, {}, options) : at::from_blob(data, {numel}, options);
-  }
-};
-
 void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tensor& a,
              const at::Tensor& b, const at::Scalar& alpha, at::ScalarType resultType) {
   auto stream = getCurrentStream(out.device().index());
@@ -164,7 +132,7 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
     launchOnStream(stream, name, [kind, numel = out.numel(), ro = FlatOperand::of(out, true),
                                   ra = FlatOperand::of(a), rb = FlatOperand::of(b), alpha,
                                   scalarType]() {
-      compute(kind, ro.cpu(numel, at::ScalarType::Undefined), ra.cpu(numel, scalarType),
+      compute(kind, ro.cpu(numel), ra.cpu(numel, scalarType),
               rb.cpu(numel, scalarType), alpha);
     });
     return;

@@ -28,10 +28,12 @@ at::Tensor relu(const at::Tensor& self) {
   if (direct(self) && self.is_non_overlapping_and_dense()) {
     OnDevice onDevice(self.device());
     at::Tensor out = emptyDeviceStrided(self.sizes(), self.strides(), self.scalar_type());
+    // The output is laid out as the dense input: a flat call (DirectOp.h).
     launchDirect(kName, out, {&self},
-                 [o = Operand::of(out, /*written=*/true), in = Operand::of(self)] {
-                   at::Tensor result = o.cpu();
-                   at::cpu::clamp_min_out(result, in.cpu(), 0);
+                 [numel = self.numel(), o = FlatOperand::of(out, /*written=*/true),
+                  in = FlatOperand::of(self)] {
+                   at::Tensor result = o.cpu(numel);
+                   at::cpu::clamp_min_out(result, in.cpu(numel), 0);
                  });
     recordOp(counters, OpPath::Async);
     return out;

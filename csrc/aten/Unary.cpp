@@ -44,10 +44,12 @@ at::Tensor unary(const at::Tensor& self, const char* name, OpCounters* counters,
   if (!direct(self)) return viaGeneric(generic, {self});
   OnDevice onDevice(self.device());
   at::Tensor out = emptyDeviceStrided(self.sizes(), self.strides(), self.scalar_type());
+  // The output is laid out as the dense input: a flat call (DirectOp.h).
   launchDirect(name, out, {&self},
-               [kernel, o = Operand::of(out, /*written=*/true), in = Operand::of(self)] {
-                 at::Tensor result = o.cpu();
-                 kernel(result, in.cpu());
+               [kernel, numel = self.numel(), o = FlatOperand::of(out, /*written=*/true),
+                in = FlatOperand::of(self)] {
+                 at::Tensor result = o.cpu(numel);
+                 kernel(result, in.cpu(numel));
                });
   recordOp(counters, OpPath::Async);
   return out;
