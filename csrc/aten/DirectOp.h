@@ -29,6 +29,12 @@
 
 namespace torchneuron {
 
+// A CPU scalar operand as a kernel gets it: in `type` (hostScalarAs) unless
+// that is Undefined, else as given.
+inline at::Tensor hostOperandAs(const at::Tensor& host, at::ScalarType type) {
+  return type == at::ScalarType::Undefined ? host : hostScalarAs(host, type);
+}
+
 // What a queued kernel needs to rebuild an operand on the executor: raw
 // pointer plus geometry, since a closure must own no device memory (Launch.h).
 struct Operand {
@@ -43,10 +49,7 @@ struct Operand {
   static Operand of(const at::Tensor& t, bool written = false) {
     Operand r;
     if (t.device().is_cpu()) {
-      // A CPU scalar is read at launch time, like CUDA kernel arguments: a
-      // user tensor is snapshotted (wrapped numbers are the binding's own
-      // temporaries).
-      r.host = t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
+      r.host = hostSnapshot(t);
       return r;
     }
     r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
@@ -62,21 +65,16 @@ struct Operand {
     return at::from_blob(data, sizes, strides, at::TensorOptions().dtype(dtype));
   }
 
-  // As cpu(), with a CPU scalar in `type` (hostScalarAs) unless that is
-  // Undefined.
+  // As cpu(), with a CPU scalar as hostOperandAs(type).
   at::Tensor cpuAs(at::ScalarType type) const {
-    if (host.defined() && type != at::ScalarType::Undefined) return hostScalarAs(host, type);
-    return cpu();
+    return host.defined() ? hostOperandAs(host, type) : cpu();
   }
 
-  // Elements [begin, end) of a contiguous operand; a scalar whole (a CPU
-  // one as cpuAs(type)).
-  at::Tensor piece(int64_t begin, int64_t end,
-                   at::ScalarType type = at::ScalarType::Undefined) const {
-    if (host.defined()) return cpuAs(type);
-    if (sizes.empty()) return cpu();
-    return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
-                         at::TensorOptions().dtype(dtype));
+  // A CPU scalar is read at launch time, like CUDA kernel arguments: a user
+  // tensor is snapshotted (wrapped numbers are the binding's own
+  // temporaries).
+  static at::Tensor hostSnapshot(const at::Tensor& t) {
+    return t.unsafeGetTensorImpl()->is_wrapped_number() ? t : t.clone();
   }
 };
 
@@ -98,7 +96,7 @@ struct FlatOperand {
   static FlatOperand of(const at::Tensor& t, bool written = false) {
     FlatOperand r;
     if (t.device().is_cpu()) {
-      r.host = Operand::of(t).host;
+      r.host = Operand::hostSnapshot(t);
       return r;
     }
     r.data = written ? t.mutable_data_ptr() : const_cast<void*>(t.const_data_ptr());
@@ -107,14 +105,19 @@ struct FlatOperand {
     return r;
   }
 
-  // A CPU view of `numel` elements (a CPU scalar in `type` unless that is
-  // Undefined, as Operand::cpuAs).
+  // A CPU view of `numel` elements (a CPU scalar as hostOperandAs(type)).
   at::Tensor cpu(int64_t numel, at::ScalarType type = at::ScalarType::Undefined) const {
-    if (host.defined()) {
-      return type == at::ScalarType::Undefined ? host : hostScalarAs(host, type);
-    }
+    return piece(0, numel, type);
+  }
+
+  // Elements [begin, end), for a fusion pass's blocks; a scalar whole.
+  at::Tensor piece(int64_t begin, int64_t end,
+                   at::ScalarType type = at::ScalarType::Undefined) const {
+    if (host.defined()) return hostOperandAs(host, type);
     const auto options = at::TensorOptions().dtype(dtype);
-    return zeroDim ? at::from_blob(data, {}, options) : at::from_blob(data, {numel}, options);
+    if (zeroDim) return at::from_blob(data, {}, options);
+    return at::from_blob(static_cast<char*>(data) + begin * c10::elementSize(dtype), {end - begin},
+                         options);
   }
 };
 

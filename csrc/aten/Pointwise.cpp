@@ -84,14 +84,14 @@ void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b
 }
 
 // The queued op, for a fusion pass (Fusion.h) when every operand is a
-// scalar or contiguous of the output's shape.
+// scalar or contiguous of the output's shape (a flat call, DirectOp.h).
 struct FastOp final : FusibleOp {
   Kind kind;
-  Operand out, a, b;
+  FlatOperand out, a, b;
   at::Scalar alpha;
   at::ScalarType scalarType;  // of CPU scalar operands (scalarTypeFor)
   void run() override {
-    compute(kind, out.cpu(), a.cpuAs(scalarType), b.cpuAs(scalarType), alpha);
+    compute(kind, out.cpu(numel), a.cpu(numel, scalarType), b.cpu(numel, scalarType), alpha);
   }
   void runRange(int64_t begin, int64_t end) override {
     compute(kind, out.piece(begin, end), a.piece(begin, end, scalarType),
@@ -119,9 +119,9 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
   if (flat && out.numel() >= kMinFusibleElements && fusionEnabled()) {
     auto op = std::make_unique<FastOp>();
     op->kind = kind;
-    op->out = Operand::of(out, /*written=*/true);
-    op->a = Operand::of(a);
-    op->b = Operand::of(b);
+    op->out = FlatOperand::of(out, /*written=*/true);
+    op->a = FlatOperand::of(a);
+    op->b = FlatOperand::of(b);
     op->alpha = alpha;
     op->scalarType = scalarType;
     op->numel = out.numel();
