@@ -54,13 +54,13 @@ SKIP = {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::eq
         "aten::lift_fresh", "aten::detach", "aten::alias"}
 
 
-def snapshot(t):
-    """A copy of tensor t with its geometry: the whole storage is copied and
-    viewed again with t's sizes, strides and offset."""
+def copy_on(t, device):
+    """A copy of tensor t on `device` with its geometry: the whole storage is
+    copied and viewed again with t's sizes, strides and offset."""
     if t.numel() == 0 or t.untyped_storage().nbytes() == 0:
-        return t.detach().clone()
+        return t.detach().to(device, copy=True)
     n = t.untyped_storage().nbytes() // t.element_size()
-    base = t.detach().as_strided((n,), (1,), 0).clone()
+    base = t.detach().as_strided((n,), (1,), 0).to(device, copy=True)
     return base.as_strided(t.size(), t.stride(), t.storage_offset())
 
 
@@ -87,7 +87,7 @@ class Recorder(TorchDispatchMode):
             sig = signature(func, args, kwargs)
             entry = self.calls.get(sig)
             if entry is None:
-                snap = tree_map(lambda x: snapshot(x) if isinstance(x, torch.Tensor) else x,
+                snap = tree_map(lambda x: copy_on(x, "cpu") if isinstance(x, torch.Tensor) else x,
                                 (args, kwargs))
                 self.calls[sig] = [1, func, snap[0], snap[1]]
             else:
@@ -129,11 +129,7 @@ def record_step(name):
 
 def to_device(x, device):
     if isinstance(x, torch.Tensor):
-        if x.numel() == 0 or x.untyped_storage().nbytes() == 0:
-            return x.to(device)
-        n = x.untyped_storage().nbytes() // x.element_size()
-        base = x.as_strided((n,), (1,), 0).to(device)
-        return base.as_strided(x.size(), x.stride(), x.storage_offset())
+        return copy_on(x, device)
     if isinstance(x, torch.device) and x.type == "cpu":
         return torch.device(device)
     return x
