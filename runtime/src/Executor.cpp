@@ -8,6 +8,7 @@
 
 #include "Activity.h"
 #include "Event.h"
+#include "Fence.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -165,6 +166,8 @@ Executor::Executor(int device, int threads, long queueDepth)
   pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
   pthread_mutex_init(mu_.native_handle(), &attr);
   pthread_mutexattr_destroy(&attr);
+  // Which fences the stream hand-off uses is settled before any stream exists.
+  (void)asymmetricFenceAvailable();
 }
 
 bool Executor::start() {
@@ -256,12 +259,16 @@ void Executor::wakeWaiters(Stream* s, uint64_t done, bool locked) {
 }
 
 void Executor::releaseLocked(Stream* s, bool wake) {
-  if (s->queue.empty()) {
+  // Work already in the inbox: the stream stays scheduled, without the
+  // hand-off's fence (a process-wide one, microseconds).
+  if (s->queue.empty() && s->inbox.empty()) {
     s->state = Stream::kIdle;
-    // seq_cst, paired with enqueue(): it publishes its task, then reads
-    // `scheduled`; we publish `scheduled`, then read the inbox. One of us
-    // sees the other, so no task is left in an unscheduled stream.
+    // Paired with enqueue(): it publishes its task, then reads `scheduled`;
+    // we publish `scheduled`, then read the inbox. The heavy side of the
+    // asymmetric fence (Fence.h) makes one of us see the other, so no task
+    // is left in an unscheduled stream.
     s->scheduled.store(false);
+    heavyFence();
     if (s->inbox.empty()) return;
   }
   makeReadyLocked(s, wake);
@@ -270,6 +277,7 @@ void Executor::releaseLocked(Stream* s, bool wake) {
 void Executor::enqueue(Stream* s, Task&& t) {
   s->enqueued.fetch_add(1, std::memory_order_relaxed);  // published by the push
   s->inbox.push(std::move(t));
+  lightFence();  // the launch's side of releaseLocked's hand-off
   // A stream that is ready, running or parked has an owner-to-be who will
   // take the task from the inbox: no lock, no wake-up.
   if (s->scheduled.load()) return;

@@ -11,15 +11,21 @@
 // A spent block is kept as a spare for the producer, so a steady stream of
 // launches allocates nothing. Neither side writes what the other wrote last,
 // except the two counters: each launch moves as few cache lines between the
-// cores as a queue can.
+// cores as a queue can, and a launch waits for none of them (no locked
+// instruction follows its writes: see ProducerLock and Fence.h).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 
 #include "Task.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace nrt {
 
@@ -34,11 +40,12 @@ class Inbox {
     delete spare_.load();
   }
 
-  // Producer side (any thread). seq_cst on the count: the executor's idle
-  // hand-off reads it after publishing that the stream is unscheduled, and
-  // the producer reads that flag after this (Executor::enqueue).
+  // Producer side (any thread). The count is a release store: the
+  // executor's idle hand-off, which reads it after publishing that the
+  // stream is unscheduled while the producer reads that flag after this,
+  // pairs the two with an asymmetric fence (Executor::enqueue).
   void push(Task&& t) {
-    std::lock_guard<std::mutex> lk(pushMu_);
+    std::lock_guard<ProducerLock> lk(pushMu_);
     if (!tail_) tail_ = head_ = freshBlock();
     if (tailIndex_ == kBlock) {
       Block* b = freshBlock();
@@ -52,7 +59,7 @@ class Inbox {
     // the line away; on AMD's cores a line written by one core and read by
     // another migrates to the reader), which was half of a launch's
     // enqueue time on a 2-core EPYC.
-    pushed_.store(++pushedCopy_, std::memory_order_seq_cst);
+    pushed_.store(++pushedCopy_, std::memory_order_release);
   }
 
   // Owner side: whether a task is waiting (also safe from any thread under
@@ -101,13 +108,40 @@ class Inbox {
     void* slot(size_t i) { return bytes[i]; }
   };
 
+  // Serializes producers. A std::mutex unlocks with a locked instruction,
+  // which waits until the task's slot and the count have reached this
+  // core's cache: lines the worker took by reading them, so each launch
+  // waited for them to come back (a cross-core round trip). Unlocking with
+  // a release store lets them drain while the host goes on. Producers
+  // rarely meet here (host threads launching on one stream at once).
+  class ProducerLock {
+   public:
+    void lock() {
+      for (int i = 0; held_.exchange(true, std::memory_order_acquire); ++i) {
+        while (held_.load(std::memory_order_relaxed)) {
+          if (++i < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            _mm_pause();
+#endif
+          } else {
+            std::this_thread::yield();  // the holder may have lost its core
+          }
+        }
+      }
+    }
+    void unlock() { held_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool> held_{false};
+  };
+
   Block* freshBlock() {
     Block* b = spare_.exchange(nullptr, std::memory_order_acq_rel);
     return b ? b : new Block;
   }
 
   // Producer state, under pushMu_.
-  std::mutex pushMu_;
+  ProducerLock pushMu_;
   Block* tail_ = nullptr;
   size_t tailIndex_ = 0;
   uint64_t pushedCopy_ = 0;  // what pushed_ holds, read by producers only
