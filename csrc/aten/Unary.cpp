@@ -1,14 +1,20 @@
 // The direct path of common floating unary ops (DirectOp.h): exp, log, sqrt,
 // rsqrt, sin, cos, tanh, sigmoid, silu, erf, neg, abs, reciprocal, log1p and
-// expm1. Through the generic path each costs the host about twice what CPU
+// expm1, and relu (CPU's relu is clamp_min(self, 0), the kernel queued for
+// it). Through the generic path each costs the host about twice what CPU
 // spends on a small call. The kernel queued is CPU's own out= kernel, into
 // an output laid out as CPU's functional call lays it out (a dense input's
 // strides), so the bits are CPU's. Other dtypes (integer promotion, complex
-// results), other layouts and in-place forms take the generic path.
+// results), other layouts and in-place forms take the generic path, except
+// relu_, which is common enough in models to have a direct path of its own.
+// Large contiguous calls take the generic path too, which queues them
+// fusible (Fusion.h); the direct path is for calls where host cost decides.
 #include "aten/DirectOp.h"
 #include "aten/Fusion.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/abs_cpu_dispatch.h>
+#include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/cos_cpu_dispatch.h>
 #include <ATen/ops/erf_cpu_dispatch.h>
 #include <ATen/ops/exp_cpu_dispatch.h>
@@ -30,13 +36,19 @@ namespace {
 
 using OutKernel = at::Tensor& (*)(at::Tensor&, const at::Tensor&);
 
-// Whether a unary op of `self` may take the direct path (as relu's, Relu.cpp).
-bool direct(const at::Tensor& self) {
+// Whether a unary op of `self` may be queued by a direct path, in place.
+bool queueable(const at::Tensor& self) {
   if (!isNeuron(self) || !plainOn(self, self.device())) return false;
   if (!floatingDtype(self.scalar_type()) || self.numel() == 0) return false;
-  if (!self.is_non_overlapping_and_dense()) return false;
   // What a fusion pass could take stays on the path that offers it.
   return !(fusionEnabled() && self.numel() >= kMinFusibleElements && self.is_contiguous());
+}
+
+// Whether a functional unary op of `self` may take the direct path: its
+// output then takes a dense input's strides, as TensorIterator gives them
+// (other layouts get its own choice, on the generic path).
+bool direct(const at::Tensor& self) {
+  return queueable(self) && self.is_non_overlapping_and_dense();
 }
 
 at::Tensor unary(const at::Tensor& self, const char* name, OpCounters* counters, OutKernel kernel,
@@ -80,6 +92,33 @@ NEURON_DIRECT_UNARY(expm1)
 
 #undef NEURON_DIRECT_UNARY
 
+at::Tensor& reluOut(at::Tensor& out, const at::Tensor& self) {
+  return at::cpu::clamp_min_out(out, self, 0);
+}
+
+at::Tensor relu(const at::Tensor& self) {
+  NEURON_DIRECT_OP("aten::relu");
+  static const auto& generic = genericOp("aten::relu", "");
+  return unary(self, kName, counters, &reluOut, generic);
+}
+
+at::Tensor& relu_(at::Tensor& self) {
+  NEURON_DIRECT_OP("aten::relu_");
+  // An input whose elements share memory raises on CPU: the generic path says so.
+  if (queueable(self) && at::has_internal_overlap(self) == at::MemOverlap::No) {
+    OnDevice onDevice(self.device());
+    launchDirect(kName, self, {}, [s = Operand::of(self, /*written=*/true)] {
+      at::Tensor t = s.cpu();
+      at::cpu::clamp_min_(t, 0);
+    });
+    recordOp(counters, OpPath::Async);
+    return self;
+  }
+  static const auto& generic = genericOp("aten::relu_", "");
+  viaGeneric(generic, {self});
+  return self;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -98,6 +137,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("reciprocal", TORCH_FN(reciprocal));
   m.impl("log1p", TORCH_FN(log1p));
   m.impl("expm1", TORCH_FN(expm1));
+  m.impl("relu", TORCH_FN(relu));
+  m.impl("relu_", TORCH_FN(relu_));
 }
 
 }  // namespace torchneuron
