@@ -94,17 +94,24 @@ def train(device, opt, sched, loss_at, steps, warmup, amp=None):
     """Runs `steps` training steps (plain_step, then the schedule's step);
     returns the median time (ms) of the steps after `warmup` and every step's
     loss."""
-    sync = torch.neuron.synchronize if device.startswith("neuron") else (lambda: None)
+    neuron = device.startswith("neuron")
+    sync = torch.neuron.synchronize if neuron else (lambda: None)
     step = plain_step(device, loss_at, opt, amp)
-    times, losses = [], []
+    times, issue, wait, losses = [], [], [], []
     for i in range(steps):
         start = time.perf_counter()
         loss = step(i)
         sched.step()
+        issued = time.perf_counter()
         sync()
+        end = time.perf_counter()
         if i >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append(end - start)
+            issue.append(issued - start)
+            wait.append(end - issued)
         losses.append(loss.detach())
+    if neuron:
+        ISSUE.append((statistics.median(issue) * 1e3, statistics.median(wait) * 1e3))
     return statistics.median(times) * 1e3, losses
 
 
@@ -184,18 +191,27 @@ def bitwise_same(runs):
 
 # Device-only step times (device_only_ms) of the neuron runs since the last report.
 DEVICE_ONLY = []
+# The host's time to issue a whole step on neuron (before synchronize) and its wait in
+# synchronize (medians), per run since the last report. With the host done early and the step
+# still longer than device_only_ms, the device ran slower beside the host than alone.
+ISSUE = []
 
 
 def report(what, res, runs, args):
     c, n = statistics.median(res["cpu"]), statistics.median(res["neuron"])
     d = statistics.median(DEVICE_ONLY)
+    issue = statistics.median(i for i, _ in ISSUE)
+    wait = statistics.median(w for _, w in ISSUE)
     DEVICE_ONLY.clear()
+    ISSUE.clear()
     amp = "" if args.amp == "none" else f", {args.amp} autocast"
     print(f"{what}{amp} (median of {args.repeats}x{args.steps} steps): cpu {c:.2f} ms  "
           f"neuron {n:.2f} ms  throughput neuron / cpu {c / n:.2f}x  losses and parameters "
           f"bitwise equal: {bitwise_same(runs)}  "
           f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores); "
-          f"device-only step (host idle, the step queued behind a sleeping kernel) {d:.2f} ms")
+          f"device-only step (host idle, the step queued behind a sleeping kernel) {d:.2f} ms; "
+          f"on neuron the host issues a step in {issue:.2f} ms and waits {wait:.2f} ms for "
+          f"the device")
 
 
 def main():
