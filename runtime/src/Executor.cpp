@@ -7,15 +7,9 @@
 #include <cstring>
 
 #include "Activity.h"
+#include "CpuRelax.h"
 #include "Event.h"
 #include "Fence.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define NRT_CPU_RELAX() _mm_pause()
-#else
-#define NRT_CPU_RELAX() std::this_thread::yield()
-#endif
 
 namespace nrt {
 namespace {
@@ -32,7 +26,7 @@ bool spinUntil(Pred pred) {
   for (int i = 0;; ++i) {
     if (pred()) return true;
     if (i < 64) {
-      NRT_CPU_RELAX();
+      cpuRelax();
       continue;
     }
     if (std::chrono::steady_clock::now() > until) return false;

@@ -21,11 +21,8 @@
 #include <mutex>
 #include <thread>
 
+#include "CpuRelax.h"
 #include "Task.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 
 namespace nrt {
 
@@ -117,12 +114,10 @@ class Inbox {
   class ProducerLock {
    public:
     void lock() {
-      for (int i = 0; held_.exchange(true, std::memory_order_acquire); ++i) {
+      for (int spins = 0; held_.exchange(true, std::memory_order_acquire);) {
         while (held_.load(std::memory_order_relaxed)) {
-          if (++i < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-            _mm_pause();
-#endif
+          if (++spins < 64) {
+            cpuRelax();
           } else {
             std::this_thread::yield();  // the holder may have lost its core
           }
