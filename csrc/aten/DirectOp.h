@@ -183,6 +183,26 @@ void launchDirect(const char* name, const at::Tensor& out,
              std::forward<F>(fn));
 }
 
+// Queues `kernel(t)`, an elementwise kernel computing in place, over
+// `self`'s elements: over a 1-D view of its memory when it is dense (a flat
+// call: TensorIterator coalesces such an operand to that one dimension in
+// memory order anyway), else over its own geometry.
+template <class Kernel>
+void launchInPlace(const char* name, const at::Tensor& self, Kernel kernel) {
+  if (self.is_non_overlapping_and_dense()) {
+    launchDirect(name, self, {},
+                 [s = FlatOperand::of(self, /*written=*/true), numel = self.numel(), kernel] {
+                   at::Tensor t = s.cpu(numel);
+                   kernel(t);
+                 });
+  } else {
+    launchDirect(name, self, {}, [s = Operand::of(self, /*written=*/true), kernel] {
+      at::Tensor t = s.cpu();
+      kernel(t);
+    });
+  }
+}
+
 // The generic path for an unboxed call whose direct path declined: the
 // arguments are boxed and run there (it raises what CPU raises).
 inline const c10::OperatorHandle& genericOp(const char* name, const char* overload) {

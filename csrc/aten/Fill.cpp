@@ -41,30 +41,11 @@ bool fillable(at::ScalarType dtype, const c10::Scalar& value) {
   return true;
 }
 
-// Queues `fill(tensor)` over `self`'s elements: over a 1-D view of its
-// memory when it is dense (every element gets the same value, so the order
-// does not matter; DirectOp.h's flat call), else over its own geometry.
-template <class Fill>
-void launchFill(const char* name, const at::Tensor& self, Fill fill) {
-  if (self.is_non_overlapping_and_dense()) {
-    launchDirect(name, self, {},
-                 [s = FlatOperand::of(self, /*written=*/true), numel = self.numel(), fill] {
-                   at::Tensor t = s.cpu(numel);
-                   fill(t);
-                 });
-  } else {
-    launchDirect(name, self, {}, [s = Operand::of(self, /*written=*/true), fill] {
-      at::Tensor t = s.cpu();
-      fill(t);
-    });
-  }
-}
-
 at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value) {
   NEURON_DIRECT_OP("aten::fill_.Scalar");
   if (direct(self) && fillable(self.scalar_type(), value)) {
     OnDevice onDevice(self.device());
-    launchFill(kName, self, [value](at::Tensor& t) { at::cpu::fill_(t, value); });
+    launchInPlace(kName, self, [value](at::Tensor& t) { at::cpu::fill_(t, value); });
     recordOp(counters, OpPath::Async);
     return self;
   }
@@ -77,7 +58,7 @@ at::Tensor& zero_(at::Tensor& self) {
   NEURON_DIRECT_OP("aten::zero_");
   if (direct(self)) {
     OnDevice onDevice(self.device());
-    launchFill(kName, self, [](at::Tensor& t) { at::cpu::zero_(t); });
+    launchInPlace(kName, self, [](at::Tensor& t) { at::cpu::zero_(t); });
     recordOp(counters, OpPath::Async);
     return self;
   }

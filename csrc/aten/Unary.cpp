@@ -107,10 +107,7 @@ at::Tensor& relu_(at::Tensor& self) {
   // An input whose elements share memory raises on CPU: the generic path says so.
   if (queueable(self) && at::has_internal_overlap(self) == at::MemOverlap::No) {
     OnDevice onDevice(self.device());
-    launchDirect(kName, self, {}, [s = Operand::of(self, /*written=*/true)] {
-      at::Tensor t = s.cpu();
-      at::cpu::clamp_min_(t, 0);
-    });
+    launchInPlace(kName, self, [](at::Tensor& t) { at::cpu::clamp_min_(t, 0); });
     recordOp(counters, OpPath::Async);
     return self;
   }
