@@ -366,16 +366,13 @@ void Executor::workerLoop() {
     // detach(), make us go back through the lock.
     bool park = false;
     size_t ran = 0;
-    Task next;
     for (;;) {
-      if (!backlog) {
-        while (batch.size() < kBatch && s->inbox.pop(next)) batch.push_back(std::move(next));
-      }
+      if (!backlog) takeFromInbox(s, batch, kBatch);
       if (batch.empty()) {
         if (!awaitLaunch(s)) break;
         continue;
       }
-      ran = runBatch(s, handle, batch, &park);
+      ran = runBatch(s, handle, batch, &park, /*fromInbox=*/!backlog);
       if (park || backlog || othersWaiting()) break;
       batch.clear();
       ran = 0;
@@ -407,9 +404,22 @@ bool Executor::awaitLaunch(Stream* s) {
   return !s->inbox.empty() && !othersWaiting();
 }
 
-size_t Executor::runBatch(Stream* s, nrtStream_t handle, std::vector<Task>& batch, bool* park) {
+void Executor::takeFromInbox(Stream* s, std::vector<Task>& batch, size_t until) {
+  Task next;
+  while (batch.size() < until && s->inbox.pop(next)) batch.push_back(std::move(next));
+}
+
+size_t Executor::runBatch(Stream* s, nrtStream_t handle, std::vector<Task>& batch, bool* park,
+                          bool fromInbox) {
   size_t ran = 0;
   for (; ran < batch.size() && !*park; ++ran) {
+    // A fusible run is not cut where the batch happens to end (the worker
+    // took the batch while the host was still launching the run): the
+    // items queued behind it join, up to a full window.
+    if (fromInbox && batch[ran].fuser && batch.size() - ran < NRT_MAX_FUSED &&
+        batch.back().fuser == batch[ran].fuser) {
+      takeFromInbox(s, batch, ran + NRT_MAX_FUSED);
+    }
     Task& t = batch[ran];
     switch (t.kind) {
       case Task::kKernel: {

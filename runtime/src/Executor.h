@@ -82,8 +82,13 @@ class Executor {
   void makeReadyLocked(Stream* s, bool wake = true);
   // The owner gives s up: idle if nothing is queued, else ready again.
   void releaseLocked(Stream* s, bool wake = true);
-  // Runs batch[0..] in order until a wait parks s; how many ran.
-  size_t runBatch(Stream* s, nrtStream_t handle, std::vector<Task>& batch, bool* park);
+  // Runs batch[0..] in order until a wait parks s; how many ran. With
+  // `fromInbox` (nothing of s's waits in its queue), a fusible run that
+  // reaches the batch's end takes the items behind it from the inbox along.
+  size_t runBatch(Stream* s, nrtStream_t handle, std::vector<Task>& batch, bool* park,
+                  bool fromInbox);
+  // Appends s's queued items to batch until it holds `until` items.
+  static void takeFromInbox(Stream* s, std::vector<Task>& batch, size_t until);
   // Whether another stream or a detach() needs the workers' attention.
   bool othersWaiting() const;
   // The owner of s, with nothing to run, polls its inbox for a while;

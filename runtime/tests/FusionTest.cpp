@@ -137,6 +137,21 @@ TEST_F(Fusion, WhatTheFuserLeavesIsOfferedAgain) {
   EXPECT_EQ(gAlone, (std::vector<int>{4}));
 }
 
+TEST_F(Fusion, ARunIsNotCutWhereTheWorkersBatchEnds) {
+  // 33 items queued: the worker takes 32 (its batch) when the gate opens.
+  // The fuser takes 31 of them; the 32nd, last of the batch, is offered
+  // with the 33rd, which the worker takes from the queue for it, rather
+  // than running alone.
+  TestFuser f;
+  f.limit = NRT_MAX_FUSED - 1;
+  for (int t = 0; t < NRT_MAX_FUSED + 1; ++t) launch(s, &f, t);
+  NRT_OK(release());
+  ASSERT_EQ(gCalls.size(), 2u);
+  EXPECT_EQ(gCalls[0].size(), size_t{NRT_MAX_FUSED});
+  EXPECT_EQ(gCalls[1], (std::vector<int>{NRT_MAX_FUSED - 1, NRT_MAX_FUSED}));
+  EXPECT_TRUE(gAlone.empty());
+}
+
 TEST_F(Fusion, AFailureIsNamedAfterItsItemAndTheStreamGoesOn) {
   TestFuser f;
   f.failTag = 2;
