@@ -1,5 +1,5 @@
 """List loops (csrc/aten/ListLoop.h): a list pass computes runs of foreach
-mul_/div_/add_/lerp_/addcmul_/addcdiv_ over float32 lists in loops of its own
+mul_/div_/add_/lerp_/addcmul_/addcdiv_/sqrt over float32 lists in loops of its own
 instead of calling each op's CPU kernel, with CPU's bits.
 
 The ops are queued behind a long kernel, so they reach the device together
@@ -139,6 +139,48 @@ def test_functional_forms_compute_into_fresh_results_with_cpus_bits(sizes):
     assert "aten::add.Tensor" not in paths, paths  # one call per list, not per tensor
 
 
+def adam_denominator(ps, ms, vs, gs, ds):
+    """Adam's step around its square root: the root joins the loop run
+    instead of ending it (5 ops; the out= form, then the in-place one)."""
+    k = len(ps)
+    torch._foreach_addcmul_(vs, gs, gs, value=0.001)
+    roots = torch._foreach_sqrt(vs)                                       # sqrt.out
+    torch._foreach_div_(roots, [0.9 + 0.01 * i for i in range(k)])
+    torch._foreach_sqrt_(ds)                                              # sqrt_
+    torch._foreach_addcdiv_(ps, ms, roots, [-1e-3] * k)
+    return ps + vs + list(roots) + ds
+
+
+@pytest.mark.parametrize("sizes", [SMALL, LARGE], ids=["small", "large"])
+def test_sqrt_runs_in_the_loop_with_cpus_bits(sizes):
+    # ATen's float sqrt is MKL's, not IEEE's correctly rounded root (a
+    # loop of _mm512_sqrt_ps differs in the last bit and in NaN's sign):
+    # the loop hands its tiles to the same call. ds holds negative numbers,
+    # signed zeros, infinities, NaN and subnormals, also in the last elements.
+    inputs = make_inputs(sizes, seed=2)
+    inputs[2] = [v.abs() for v in inputs[2]]
+    for t in inputs[4]:
+        for i, v in zip((0, 1, -1, -2, -3, -4, -5, t.numel() // 2),
+                        (-1.5, -0.0, 0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-40)):
+            t[i] = v
+    ref = adam_denominator(*[[t.clone() for t in lst] for lst in inputs])
+    out = run_device(adam_denominator, inputs)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(out, ref)
+    assert stats["list_loop_ops"] == 5 and stats["ops"] == 5, stats
+    # The root by its kernel, in the same pass: the same bits (and no loop
+    # at all: the roots' kernels split the others into runs of one op, which
+    # their own kernels compute).
+    torchneuron._C._set_sqrt_loops_enabled(False)
+    try:
+        off = run_device(adam_denominator, inputs)
+    finally:
+        torchneuron._C._set_sqrt_loops_enabled(True)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(off, ref)
+    assert stats["list_loop_ops"] == 0 and stats["ops"] == 5, stats
+
+
 def test_the_inputs_tell_a_fused_multiply_add_apart():
     # What makes the test above able to fail: on these values, rounding the
     # product before the add (what a loop without FMAs computes) differs from
@@ -150,6 +192,13 @@ def test_the_inputs_tell_a_fused_multiply_add_apart():
     assert not torch.equal(torch.addcmul(v[-20:], g[-20:], g[-20:], value=0.3), separate[-20:])
     assert not torch.equal(torch.add(v, g, alpha=0.37), v + 0.37 * g)
     assert not torch.equal(torch.lerp(v, g, 0.1), v + 0.1 * (g - v))
+    # ... and ATen's sqrt from the correctly rounded root (what a loop of
+    # _mm512_sqrt_ps would give), on positive values and in NaN's sign.
+    import numpy as np
+    x = torch.cat([g.abs(), -g.abs()[:3]])
+    with np.errstate(invalid="ignore"):
+        rounded = torch.from_numpy(np.sqrt(x.numpy()))
+    assert not torch.equal(torch.sqrt(x).view(torch.int32), rounded.view(torch.int32))
 
 
 @pytest.mark.parametrize("sizes", [SMALL, LARGE], ids=["small", "large"])

@@ -70,6 +70,18 @@ bool scalarValues(const ArgSlot& slot, size_t length, std::vector<float>* out) {
   return true;
 }
 
+// Whether sqrt steps give ATen's bits (loopsMatchAten): ATen's sqrt is MKL's,
+// which another build may not use; the other kinds stay on without it.
+std::atomic<bool>& sqrtLoopsOk() {
+  static std::atomic<bool> ok{false};
+  return ok;
+}
+
+std::atomic<bool>& sqrtLoopsOn() {  // setSqrtLoopsEnabled
+  static std::atomic<bool> on{true};
+  return on;
+}
+
 struct Form {
   LoopStep::Kind kind;
   int lists;       // tensor lists after self
@@ -83,6 +95,12 @@ struct Form {
 bool formOf(const std::string& name, Form* form) {
   const std::string prefix = "aten::_foreach_";
   if (name.rfind(prefix, 0) != 0) return false;
+  // sqrt's overloads have no name: "_foreach_sqrt_", "_foreach_sqrt.out".
+  if (name == "aten::_foreach_sqrt_" || name == "aten::_foreach_sqrt.out") {
+    *form = {LoopStep::kSqrt, 0, false, false, name.back() == 't'};
+    return sqrtLoopsOk().load(std::memory_order_relaxed) &&
+           sqrtLoopsOn().load(std::memory_order_relaxed);
+  }
   const size_t dot = name.find('.');
   if (dot == std::string::npos) return false;
   std::string base = name.substr(prefix.size(), dot - prefix.size());
@@ -213,9 +231,20 @@ bool loopsMatchAten() {
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor& b) { s.addcmul_(a, b, 0.3); }},
       {"addcdiv_", {K::kAddcdiv, nullptr, nullptr, nullptr, nullptr, -0.01f, 1}, true, true,
        [](at::Tensor& s, const at::Tensor& a, const at::Tensor& b) { s.addcdiv_(a, b, -0.01); }},
+      {"sqrt_", {K::kSqrt, nullptr, nullptr, nullptr, nullptr, 0, 1}, false, false,
+       [](at::Tensor& s, const at::Tensor&, const at::Tensor&) { s.sqrt_(); }},
   };
   for (const Probe& probe : probes) {
+    const bool sqrt = probe.step.kind == K::kSqrt;
+    if (sqrt && !sqrtStepAvailable()) continue;
     const at::Tensor self = values(false), a = values(false), b = values(true);
+    if (sqrt) {
+      // Negative numbers (NaN's bits), signed zeros, infinities, NaN and
+      // subnormals (a kernel that flushes them), in the body and the tail.
+      const float special[] = {-0.0f, 0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -1e-40f, FLT_MAX};
+      float* p = self.data_ptr<float>();
+      for (size_t i = 0; i < sizeof special / sizeof *special; ++i) p[3 * i] = p[n - 1 - i] = special[i];
+    }
     // div_ by a tensor divides by |a| + 0.5, as ATen's call above does.
     const at::Tensor aLoop = probe.step.kind == K::kDiv ? a.abs() + 0.5 : a;
     at::Tensor expected = self.clone();
@@ -227,7 +256,19 @@ bool loopsMatchAten() {
     step.a = probe.usesA ? aLoop.data_ptr<float>() : nullptr;
     step.b = probe.usesB ? b.data_ptr<float>() : nullptr;
     runLoopSteps(&step, 1, n);
-    if (std::memcmp(got.data_ptr<float>(), expected.data_ptr<float>(), n * sizeof(float)) != 0) {
+    const bool same =
+        std::memcmp(got.data_ptr<float>(), expected.data_ptr<float>(), n * sizeof(float)) == 0;
+    if (sqrt) {
+      // A torch whose sqrt is not MKL's: its kernel keeps computing it.
+      if (same) {
+        sqrtLoopsOk().store(true);
+      } else {
+        TORCH_WARN("torchneuron: list loops leave sqrt to its CPU kernel: MKL's vmsSqrt "
+                   "differs from this torch build's sqrt (csrc/aten/ListLoopKernels.cpp)");
+      }
+      continue;
+    }
+    if (!same) {
       TORCH_WARN("torchneuron: list loops are off: their ", probe.name,
                  " differs from this torch build's CPU kernel (csrc/aten/ListLoop.h)");
       return false;
@@ -263,5 +304,7 @@ bool listLoopsEnabled() {
 }
 
 void setListLoopsEnabled(bool on) { loopsFlag().store(on); }
+
+void setSqrtLoopsEnabled(bool on) { sqrtLoopsOn().store(on); }
 
 }  // namespace torchneuron

@@ -1,6 +1,6 @@
 // ListLoop.h — foreach ops a list pass (Fusion.h) runs in a loop of its own
 // instead of calling each op's CPU kernel: an optimizer step's mul_, div_,
-// add_, lerp_, addcmul_ and addcdiv_ over float32 lists.
+// add_, lerp_, addcmul_, addcdiv_ and sqrt over float32 lists.
 //
 // A list pass that walks a parameter in 64K-element blocks still streams
 // each block through L2 once per op, with one ATen kernel call per op per
@@ -17,7 +17,9 @@
 // the same expression in both: products are fused into the following add
 // where ATen's vector code calls fmadd (add with alpha, lerp) and where its
 // compiler contracted a*b+c (addcmul, and the scalar forms of add and lerp);
-// addcdiv's quotient and mul/div are single IEEE operations. So one form
+// addcdiv's quotient, mul/div and sqrt are single IEEE operations (sqrt is
+// Adam's denominator: a loop of its own would end the run there, and the
+// ops after it would read the block from L2 again). So one form
 // serves every element, whatever the vector width. That holds for ATen's AVX2
 // build of these kernels, which it runs on AVX-512 machines too, and its
 // AVX-512 build; its DEFAULT build (no FMA) differs, and loops are then off.
@@ -55,7 +57,8 @@ struct ListLoopOp {
 struct Kernel;
 // Whether the queued foreach kernel `k` is one of the ops above (the
 // in-place overloads with a Scalar, a Scalar list or, for mul/div/add, a
-// tensor list, and the out= forms of the same functional overloads) over dense float32 tensors of self's shape at each index, with
+// tensor list, sqrt_, and the out= forms of the same functional overloads)
+// over dense float32 tensors of self's shape at each index, with
 // scalars ATen converts to float without raising; then *out describes it.
 bool describeListLoop(const Kernel& k, ListLoopOp* out);
 
@@ -68,5 +71,8 @@ bool listLoopsAvailable();
 // default 1; setListLoopsEnabled switches passes that start from then on).
 bool listLoopsEnabled();
 void setListLoopsEnabled(bool on);
+// Whether list loops compute sqrt (default on, where it gives ATen's bits);
+// off, its kernel does, inside the same pass. For A/B measurements and tests.
+void setSqrtLoopsEnabled(bool on);
 
 }  // namespace torchneuron

@@ -6,8 +6,20 @@
 
 #include <immintrin.h>
 
+// MKL's vector square root, which libtorch_cpu exports when torch is built
+// with MKL (weak: null otherwise).
+extern "C" void vmsSqrt(int n, const float* a, float* r, long long mode) __attribute__((weak));
+
 namespace torchneuron {
 namespace {
+
+// ATen's float sqrt is MKL's (ATen/cpu/vml.h: vmsSqrt with VML_HA |
+// VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE), which is not IEEE's correctly rounded
+// root (it differs in the last bit for some values, and its NaN is
+// positive): a tile is handed to the same call. MKL computes each element
+// alike wherever it lies in the call (the fusion pass relies on it too:
+// Fusion.cpp's vml-style kernels); the first use checks it (ListLoop.cpp).
+constexpr long long kAtenVmlMode = 0x2 | 0x140000 | 0x100;
 
 constexpr int64_t kTile = 512;  // elements: a step's operands stay in L1
 constexpr int64_t kLanes = 16;
@@ -69,6 +81,9 @@ void runStep(const LoopStep& s, int64_t begin, int64_t len) {
 
 void runStep(const LoopStep& s, int64_t begin, int64_t len) {
   switch (s.kind) {
+    case LoopStep::kSqrt:
+      vmsSqrt(static_cast<int>(len), s.self + begin, s.out + begin, kAtenVmlMode);
+      return;
     case LoopStep::kMul: return runStep<LoopStep::kMul>(s, begin, len);
     case LoopStep::kDiv: return runStep<LoopStep::kDiv>(s, begin, len);
     case LoopStep::kAdd: return runStep<LoopStep::kAdd>(s, begin, len);
@@ -79,6 +94,8 @@ void runStep(const LoopStep& s, int64_t begin, int64_t len) {
 }
 
 }  // namespace
+
+bool sqrtStepAvailable() { return vmsSqrt != nullptr; }
 
 void runLoopSteps(const LoopStep* steps, size_t n, int64_t count) {
   for (int64_t t = 0; t < count; t += kTile) {

@@ -10,10 +10,10 @@
 namespace torchneuron {
 
 struct LoopStep {
-  enum Kind : uint8_t { kMul, kDiv, kAdd, kLerp, kAddcmul, kAddcdiv } kind;
+  enum Kind : uint8_t { kMul, kDiv, kAdd, kLerp, kAddcmul, kAddcdiv, kSqrt } kind;
   float* out;        // written: self for an in-place op, else the op's out=
   const float* self;
-  const float* a;  // the other tensor (mul/div/add: nullptr, then `value`)
+  const float* a;  // the other tensor (mul/div/add: nullptr, then `value`; sqrt: none)
   const float* b;  // addcmul's and addcdiv's second tensor
   float value;     // mul/div/add's scalar, lerp's weight, addcmul's/addcdiv's value
   float alpha;     // add's alpha
@@ -23,5 +23,8 @@ struct LoopStep {
 // step on elements [t, t + 512) before the next tile. Needs AVX-512
 // (listLoopsEnabled, ListLoop.h).
 void runLoopSteps(const LoopStep* steps, size_t n, int64_t count);
+
+// Whether kSqrt steps can run: ATen's square root (MKL's) is at hand.
+bool sqrtStepAvailable();
 
 }  // namespace torchneuron

@@ -266,6 +266,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_list_loops_available", [] { return listLoopsAvailable(); });
   m.def("_list_loops_enabled", [] { return listLoopsEnabled(); });
   m.def("_set_list_loops_enabled", [](bool on) { setListLoopsEnabled(on); });
+  m.def("_set_sqrt_loops_enabled", [](bool on) { setSqrtLoopsEnabled(on); });
   m.def("_fusion_stats", [] {
     const FusionStats st = fusionStats();
     py::dict ops;
