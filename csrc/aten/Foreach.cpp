@@ -132,15 +132,15 @@ bool likeSelf(c10::ArrayRef<c10::IValue> args) {
 // matches them (likeSelf), else what the op's Meta kernel says.
 void functionalEntry(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t n = op.schema().arguments().size();
-  static thread_local std::unordered_map<std::string, c10::OperatorHandle> outs;
-  const c10::OperatorName& name = op.schema().operator_name();
-  const std::string key = name.name + "." + name.overload_name;
-  auto it = outs.find(key);
+  // By operator (a pointer's hash), not by a name built per call.
+  static thread_local std::unordered_map<c10::OperatorHandle, c10::OperatorHandle> outs;
+  auto it = outs.find(op);
   if (it == outs.end()) {
+    const c10::OperatorName& name = op.schema().operator_name();
     const auto outName = outFormOf(name);
-    TORCH_INTERNAL_ASSERT(outName, key, " was routed without an out= form");
-    it = outs.emplace(key, c10::Dispatcher::singleton().findSchemaOrThrow(
-                               outName->name.c_str(), outName->overload_name.c_str()))
+    TORCH_INTERNAL_ASSERT(outName, fullName(name), " was routed without an out= form");
+    it = outs.emplace(op, c10::Dispatcher::singleton().findSchemaOrThrow(
+                              outName->name.c_str(), outName->overload_name.c_str()))
              .first;
   }
   const c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, n);
