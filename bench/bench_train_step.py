@@ -12,6 +12,11 @@ Target (eager speed issue): throughput neuron / cpu >= 1.25. The machine's load 
 printed with the result.
 
     python bench/bench_train_step.py --amp bf16 --models resnet18,llama
+    python bench/bench_train_step.py --background-load 1 --models llama
+
+--background-load N starts N processes that each keep a core busy (a Python
+loop at the default priority) for the whole run: a machine shared with
+other work, where the device's threads and the host compete with them.
 
 runs every step under torch.autocast(dtype=torch.bfloat16) on each device.
 neuron applies CUDA's autocast policy, which differs from CPU's on
@@ -22,6 +27,7 @@ parameters can be compared bit for bit.
 """
 import contextlib
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
@@ -214,6 +220,26 @@ def report(what, res, runs, args):
           f"the device")
 
 
+def _spin():
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def background_load(n):
+    """n processes that each keep a core busy while the block runs."""
+    ctx = multiprocessing.get_context("spawn")  # no copy of this process's torch state
+    procs = [ctx.Process(target=_spin, daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.join()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="",
@@ -226,7 +252,16 @@ def main():
     p.add_argument("--fused", action="store_true", default=None)
     p.add_argument("--amp", choices=sorted(AMP), default="none",
                    help="autocast forward and loss to this dtype on both devices")
+    p.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="run beside N processes that each keep a core busy")
     args = p.parse_args()
+    if args.background_load:
+        print(f"beside {args.background_load} busy background process(es)")
+    with background_load(args.background_load):
+        run(args)
+
+
+def run(args):
     data, chars = load_corpus()
     res, runs = {"cpu": [], "neuron": []}, {}
     for _ in range(args.repeats):

@@ -70,12 +70,12 @@ void onWorkerIdle() {
   detail::handBackClosures();
 }
 
-// TORCHNEURON_COMPUTE_NICE (0 to 19; default 5): how much lower than the
+// TORCHNEURON_COMPUTE_NICE (0 to 19; default 0): how much lower than the
 // host's the scheduling priority of the device's threads is; -1 when the
 // variable holds something else.
 int parseComputeNice() {
   const char* env = std::getenv("TORCHNEURON_COMPUTE_NICE");
-  if (env == nullptr || *env == '\0') return 5;
+  if (env == nullptr || *env == '\0') return 0;
   char* end = nullptr;
   const long v = std::strtol(env, &end, 10);
   return *end == '\0' && v >= 0 && v <= 19 ? static_cast<int>(v) : -1;
@@ -91,18 +91,21 @@ void checkComputeNice() {
               "threads' scheduling priority is; 0: the same)");
 }
 
-// Lowers the calling executor worker's scheduling priority, once. The
-// threads of its OpenMP teams are created by it and inherit the value.
+// Lowers the calling executor worker's scheduling priority, once, when
+// TORCHNEURON_COMPUTE_NICE asks for it. The threads of its OpenMP teams
+// are created by it and inherit the value.
 //
-// Why: on a machine whose cores the host and the device share, the host's
-// Python and dispatch is the critical path of a step, and the device's
-// threads take half of a core from it whenever the scheduler splits one
-// between them, OpenMP team workers even when they only spin between
-// regions (libgomp's wait policy). Measured on 2 cores (nice 5 against 0,
-// two alternating runs each): demo GPT step 53.9 / 48.5 ms against
-// 56.9 / 52.2, the tiny Llama 12.4 / 13.6 against 14.4 / 15.9 ms. The
-// threads still take every idle cycle; thread counts (and so results) do
-// not change.
+// Why off by default: a lower priority was meant to keep the device's
+// threads (OpenMP team workers even when they only spin between regions)
+// from taking half a core from the host's Python on shared cores, but on a
+// machine with other work it starves them instead. A parallel region needs
+// every team thread scheduled, and at nice 5 each gets about a quarter of
+// a core beside one busy process. Tiny Llama, synchronized steps, 2-core
+// VM, three alternating runs: quiet, nice 0 / 2 / 5 gave 10.8-12.6 /
+// 11.3-14.3 / 9.2-14.3 ms against CPU eager's 9.6-11.3 (noise); beside one
+// busy process 20.6-21.4 / 50.8-61.0 / 502-510 ms against CPU's 41-43;
+// beside two, 47-214 / 56-70 / 138-147 against 51-63. Thread counts (and
+// so results) do not depend on it.
 void lowerPriorityOnce() {
   thread_local bool done = false;
   if (done) return;

@@ -16,9 +16,10 @@
 // releaseTeam in the .cpp for the measurements).
 // Work run on a launching thread (NEURON_LAUNCH_BLOCKING=1) keeps that
 // thread's own count: torch's setting is never changed.
-// The executor's threads (and the team threads they create) run at a lower
-// scheduling priority than the host's (TORCHNEURON_COMPUTE_NICE; the .cpp
-// says why); a launching thread's priority is never changed either.
+// The executor's threads (and the team threads they create) run at the
+// host's scheduling priority unless TORCHNEURON_COMPUTE_NICE lowers it (the
+// .cpp says why not by default); a launching thread's priority is never
+// changed.
 #pragma once
 
 #include <utility>
