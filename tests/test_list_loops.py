@@ -241,3 +241,59 @@ def test_a_scalar_aten_refuses_still_raises_at_the_op():
     # The device keeps working, the ops before the error applied once.
     torch._foreach_add_(dev, 1.0)
     assert_bitwise([d.cpu() for d in dev], [torch.full((40000,), 3.0), torch.full((3,), 3.0)])
+
+
+FLAT_SIZES = [1, 15, 17, 100, 4095, 4096 + 17, 70001]  # vector body and tails; small and fusible
+
+
+@pytest.mark.parametrize("loops", [True, False], ids=["loop", "kernel"])
+def test_flat_float_ops_run_as_loop_steps_with_cpus_bits(loops):
+    # add/sub/mul/div on dense float32 tensors of one size (functional,
+    # in place, out=) are queued as a list loop's step instead of ATen's
+    # kernel behind a TensorIterator; the same bits either way.
+    gen = torch.Generator().manual_seed(3)
+    calls = [
+        lambda x, y: x + y,
+        lambda x, y: torch.add(x, y, alpha=0.37),
+        lambda x, y: torch.sub(x, y, alpha=3),
+        lambda x, y: x - y,
+        lambda x, y: x * y,
+        lambda x, y: x / y,
+        lambda x, y: x.clone().add_(y, alpha=-1.7e-3),
+        lambda x, y: x.clone().div_(y),
+        lambda x, y: torch.mul(x, y, out=torch.empty_like(x)),
+    ]
+    torchneuron._C._set_list_loops_enabled(loops)
+    try:
+        torchneuron.clear_op_tracking()
+        for n in FLAT_SIZES:
+            x, y = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+            special = (float("inf"), float("nan"), -0.0, 1e-40, 3e38, float("-inf"))
+            for i, v in enumerate(special[:n]):
+                x[i] = v
+                y[-1 - i] = v
+            for call in calls:
+                assert_bitwise([call(x.to(NEURON), y.to(NEURON)).cpu()], [call(x, y)])
+        torch.neuron.synchronize()
+        counted = torchneuron.get_fusion_stats()["flat_loop_ops"]
+    finally:
+        torchneuron._C._set_list_loops_enabled(True)
+    assert counted == (len(FLAT_SIZES) * len(calls) if loops else 0)
+
+
+def test_flat_ops_the_loop_does_not_take_keep_atens_behaviour():
+    # A CPU scalar operand, another dtype, a broadcast: ATen's kernel. An
+    # alpha beyond float's range raises at the op, as on CPU.
+    x = torch.randn(100)
+    d = x.to(NEURON)
+    torchneuron.clear_op_tracking()
+    assert_bitwise([(d * 2.5).cpu(), (d.double() + d.double()).cpu(), (d + d[:1]).cpu()],
+                   [x * 2.5, x.double() + x.double(), x + x[:1]])
+    torch.neuron.synchronize()
+    assert torchneuron.get_fusion_stats()["flat_loop_ops"] == 0
+    with pytest.raises(RuntimeError, match="cannot be converted to type float"):
+        torch.add(x, x, alpha=1e39)
+    with pytest.raises(RuntimeError, match="cannot be converted to type float"):
+        torch.add(d, d, alpha=1e39)
+        torch.neuron.synchronize()
+    assert_bitwise([(d + d).cpu()], [x + x])  # the device keeps working

@@ -483,16 +483,24 @@ void launchFusible(const NeuronStream& stream, const WorkDesc& work,
   launchWork(stream, desc, FusibleCall{std::move(op)});
 }
 
+// Counted per op on the host: an atomic rather than the stats' mutex.
+std::atomic<int64_t> gFlatLoopOps{0};
+
+void countFlatLoopOp() { gFlatLoopOps.fetch_add(1, std::memory_order_relaxed); }
+
 FusionStats fusionStats() {
   Stats& st = stats();
   std::lock_guard<std::mutex> lk(st.mu);
-  return st.s;
+  FusionStats s = st.s;
+  s.flatLoopOps = gFlatLoopOps.load(std::memory_order_relaxed);
+  return s;
 }
 
 void clearFusionStats() {
   Stats& st = stats();
   std::lock_guard<std::mutex> lk(st.mu);
   st.s = FusionStats();
+  gFlatLoopOps.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace torchneuron

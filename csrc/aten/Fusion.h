@@ -127,9 +127,12 @@ struct FusionStats {
   int64_t ops = 0;
   int64_t blockedListPasses = 0;  // list passes that walked each index in blocks
   int64_t loopOps = 0;            // ops of list passes computed in list loops (ListLoop.h)
+  int64_t flatLoopOps = 0;        // add/sub/mul/div queued as a list loop's step (Pointwise.cpp)
   std::map<std::string, int64_t> byOp;
 };
 FusionStats fusionStats();
 void clearFusionStats();
+// Counts an op queued to run as a list loop's step (a relaxed atomic).
+void countFlatLoopOp();
 
 }  // namespace torchneuron

@@ -2,15 +2,22 @@
 // calls are queued fusible (Fusion.h).
 #include "aten/DirectOp.h"
 #include "aten/Fusion.h"
+#include "aten/ListLoop.h"
+#include "aten/LoopStep.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/div_cpu_dispatch.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/sub_cpu_dispatch.h>
 #include <ATen/ops/result_type.h>
 #include <torch/library.h>
+
+#include <cfloat>
+#include <cmath>
 
 namespace torchneuron {
 namespace {
@@ -83,6 +90,56 @@ void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b
   }
 }
 
+// A flat float32 op on dense device operands of the result's size, as a
+// list loop's step (ListLoop.h): each element with the roundings ATen's
+// kernel gives it (add and sub fuse alpha's product into the add, as ATen's
+// kernel does; sub is add with -alpha, as in ATen), checked against ATen's
+// kernels at their first use. On the worker it replaces building a
+// TensorIterator for ATen's kernel, which was nearly all of a small op's
+// device time (the arithmetic of a 64-float add is about 1% of it). Where
+// the loops are off or unavailable, or an operand is a CPU scalar, another
+// dtype, or alpha does not convert to float as ATen converts it: false.
+bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const FlatOperand& b,
+                const at::Scalar& alpha, LoopStep* step) {
+  for (const FlatOperand* o : {&out, &a, &b})
+    if (o->host.defined() || o->zeroDim || o->dtype != at::kFloat) return false;
+  float alphaF = 1.0f;
+  if (kind == Kind::Add || kind == Kind::Sub) {
+    if (alpha.isIntegral(/*includeBool=*/false)) {
+      alphaF = static_cast<float>(alpha.toLong());
+    } else if (alpha.isFloatingPoint()) {
+      // ATen raises where a finite alpha overflows float: its kernel then.
+      const double d = alpha.toDouble();
+      if (!std::isfinite(d) || std::fabs(d) > FLT_MAX) return false;
+      alphaF = static_cast<float>(d);
+    } else {
+      return false;
+    }
+    if (kind == Kind::Sub) alphaF = -alphaF;
+  }
+  if (!listLoopsEnabled()) return false;
+  const LoopStep::Kind k = kind == Kind::Mul   ? LoopStep::kMul
+                           : kind == Kind::Div ? LoopStep::kDiv
+                                               : LoopStep::kAdd;
+  *step = {k, static_cast<float*>(out.data), static_cast<const float*>(a.data),
+           static_cast<const float*>(b.data), nullptr, 0.0f, alphaF};
+  return true;
+}
+
+// Step `s` on elements [begin, end), split among the compute threads as
+// ATen splits an elementwise kernel (inside a fusion pass's parallel
+// region: on the calling thread). The loop gives every element the same
+// form wherever a split falls.
+void runStepRange(const LoopStep& s, int64_t begin, int64_t end) {
+  at::parallel_for(begin, end, at::internal::GRAIN_SIZE, [&](int64_t lo, int64_t hi) {
+    LoopStep t = s;
+    t.out += lo;
+    t.self += lo;
+    t.a += lo;
+    runLoopSteps(&t, 1, hi - lo);
+  });
+}
+
 // The queued op, for a fusion pass (Fusion.h) when every operand is a
 // scalar or contiguous of the output's shape (a flat call, DirectOp.h).
 struct FastOp final : FusibleOp {
@@ -90,10 +147,11 @@ struct FastOp final : FusibleOp {
   FlatOperand out, a, b;
   at::Scalar alpha;
   at::ScalarType scalarType;  // of CPU scalar operands (scalarTypeFor)
-  void run() override {
-    compute(kind, out.cpu(numel), a.cpu(numel, scalarType), b.cpu(numel, scalarType), alpha);
-  }
+  bool loop = false;          // computed as `step` (loopStepOf)
+  LoopStep step{};
+  void run() override { runRange(0, numel); }
   void runRange(int64_t begin, int64_t end) override {
+    if (loop) return runStepRange(step, begin, end);
     compute(kind, out.piece(begin, end), a.piece(begin, end, scalarType),
             b.piece(begin, end, scalarType), alpha);
   }
@@ -125,12 +183,21 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
     op->alpha = alpha;
     op->scalarType = scalarType;
     op->numel = out.numel();
+    op->loop = loopStepOf(kind, op->out, op->a, op->b, alpha, &op->step);
+    if (op->loop) countFlatLoopOp();
     launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
     return;
   }
   if (flat) {
-    launchOnStream(stream, name, [kind, numel = out.numel(), ro = FlatOperand::of(out, true),
-                                  ra = FlatOperand::of(a), rb = FlatOperand::of(b), alpha,
+    FlatOperand ro = FlatOperand::of(out, true), ra = FlatOperand::of(a), rb = FlatOperand::of(b);
+    LoopStep step;
+    if (loopStepOf(kind, ro, ra, rb, alpha, &step)) {
+      countFlatLoopOp();
+      launchOnStream(stream, name, [step, numel = out.numel()]() { runStepRange(step, 0, numel); });
+      return;
+    }
+    launchOnStream(stream, name, [kind, numel = out.numel(), ro = std::move(ro),
+                                  ra = std::move(ra), rb = std::move(rb), alpha,
                                   scalarType]() {
       compute(kind, ro.cpu(numel), ra.cpu(numel, scalarType),
               rb.cpu(numel, scalarType), alpha);

@@ -277,6 +277,7 @@ PYBIND11_MODULE(_C, m) {
     d["by_op"] = ops;
     d["blocked_list_passes"] = st.blockedListPasses;
     d["list_loop_ops"] = st.loopOps;
+    d["flat_loop_ops"] = st.flatLoopOps;
     return d;
   });
   registerMemoryBindings(m);  // MemoryBindings.cpp
