@@ -262,6 +262,15 @@ def test_flat_float_ops_run_as_loop_steps_with_cpus_bits(loops):
         lambda x, y: x.clone().add_(y, alpha=-1.7e-3),
         lambda x, y: x.clone().div_(y),
         lambda x, y: torch.mul(x, y, out=torch.empty_like(x)),
+        # A CPU scalar second, converted to float as TensorIterator converts it.
+        lambda x, y: x * 2.5,
+        lambda x, y: x + 1e-3,
+        lambda x, y: x - 7,
+        lambda x, y: x / 1.7,
+        lambda x, y: torch.sub(x, 1e-5, alpha=3),
+        lambda x, y: x.clone().mul_(torch.tensor(3.3, dtype=torch.float64)),
+        lambda x, y: x * (2 ** 60 + 1),
+        lambda x, y: x * 1e39,
     ]
     torchneuron._C._set_list_loops_enabled(loops)
     try:
@@ -282,13 +291,13 @@ def test_flat_float_ops_run_as_loop_steps_with_cpus_bits(loops):
 
 
 def test_flat_ops_the_loop_does_not_take_keep_atens_behaviour():
-    # A CPU scalar operand, another dtype, a broadcast: ATen's kernel. An
+    # A device 0-dim operand, another dtype, a broadcast: ATen's kernel. An
     # alpha beyond float's range raises at the op, as on CPU.
     x = torch.randn(100)
     d = x.to(NEURON)
     torchneuron.clear_op_tracking()
-    assert_bitwise([(d * 2.5).cpu(), (d.double() + d.double()).cpu(), (d + d[:1]).cpu()],
-                   [x * 2.5, x.double() + x.double(), x + x[:1]])
+    assert_bitwise([(d * d[3]).cpu(), (d.double() + d.double()).cpu(), (d + d[:1]).cpu()],
+                   [x * x[3], x.double() + x.double(), x + x[:1]])
     torch.neuron.synchronize()
     assert torchneuron.get_fusion_stats()["flat_loop_ops"] == 0
     with pytest.raises(RuntimeError, match="cannot be converted to type float"):

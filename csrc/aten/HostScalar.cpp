@@ -23,4 +23,12 @@ at::Tensor hostScalarAs(const at::Tensor& scalar, at::ScalarType type) {
   return out;
 }
 
+float hostScalarAsFloat(const at::Tensor& scalar) {
+  float value = 0;
+  AT_DISPATCH_V2(scalar.scalar_type(), "hostScalarAsFloat", AT_WRAP([&] {
+    value = c10::convert<float>(*scalar.const_data_ptr<scalar_t>());
+  }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16);
+  return value;
+}
+
 }  // namespace torchneuron

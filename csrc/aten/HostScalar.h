@@ -21,6 +21,9 @@ namespace torchneuron {
 // (tests/test_direct_ops.py, test_scalar_operands_match_cpu).
 at::Tensor hostScalarAs(const at::Tensor& scalar, at::ScalarType type);
 
+// The value hostScalarAs(scalar, kFloat) holds, without making the tensor.
+float hostScalarAsFloat(const at::Tensor& scalar);
+
 inline bool convertibleScalarType(at::ScalarType type) {
   return !at::isReducedFloatingType(type) && type != at::kComplexHalf;
 }

@@ -2,6 +2,7 @@
 // calls are queued fusible (Fusion.h).
 #include "aten/DirectOp.h"
 #include "aten/Fusion.h"
+#include "aten/HostScalar.h"
 #include "aten/ListLoop.h"
 #include "aten/LoopStep.h"
 
@@ -90,19 +91,27 @@ void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b
   }
 }
 
-// A flat float32 op on dense device operands of the result's size, as a
-// list loop's step (ListLoop.h): each element with the roundings ATen's
-// kernel gives it (add and sub fuse alpha's product into the add, as ATen's
-// kernel does; sub is add with -alpha, as in ATen), checked against ATen's
-// kernels at their first use. On the worker it replaces building a
-// TensorIterator for ATen's kernel, which was nearly all of a small op's
-// device time (the arithmetic of a 64-float add is about 1% of it). Where
-// the loops are off or unavailable, or an operand is a CPU scalar, another
-// dtype, or alpha does not convert to float as ATen converts it: false.
+// A flat float32 op on dense device operands of the result's size (the
+// second may be a CPU scalar: x * 0.5), as a list loop's step (ListLoop.h):
+// each element with the roundings ATen's kernel gives it (add and sub fuse
+// alpha's product into the add, as ATen's kernel does; sub is add with
+// -alpha, as in ATen; a scalar is converted to float as TensorIterator
+// converts it), checked against ATen's kernels, scalar forms included, at
+// their first use. On the worker it replaces building a TensorIterator for
+// ATen's kernel, which was nearly all of a small op's device time (the
+// arithmetic of a 64-float add is about 1% of it). Where the loops are off
+// or unavailable, or an operand is another dtype, a device 0-dim tensor or
+// a CPU scalar first, or alpha does not convert to float as ATen converts
+// it: false.
 bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const FlatOperand& b,
                 const at::Scalar& alpha, LoopStep* step) {
-  for (const FlatOperand* o : {&out, &a, &b})
+  for (const FlatOperand* o : {&out, &a})
     if (o->host.defined() || o->zeroDim || o->dtype != at::kFloat) return false;
+  const bool scalar = b.host.defined();
+  if (!scalar && (b.zeroDim || b.dtype != at::kFloat)) return false;
+  if (scalar && !at::isFloatingType(b.host.scalar_type()) &&
+      !at::isIntegralType(b.host.scalar_type(), /*includeBool=*/true))
+    return false;
   float alphaF = 1.0f;
   if (kind == Kind::Add || kind == Kind::Sub) {
     if (alpha.isIntegral(/*includeBool=*/false)) {
@@ -122,7 +131,8 @@ bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const F
                            : kind == Kind::Div ? LoopStep::kDiv
                                                : LoopStep::kAdd;
   *step = {k, static_cast<float*>(out.data), static_cast<const float*>(a.data),
-           static_cast<const float*>(b.data), nullptr, 0.0f, alphaF};
+           scalar ? nullptr : static_cast<const float*>(b.data), nullptr,
+           scalar ? hostScalarAsFloat(b.host) : 0.0f, alphaF};
   return true;
 }
 
@@ -135,7 +145,7 @@ void runStepRange(const LoopStep& s, int64_t begin, int64_t end) {
     LoopStep t = s;
     t.out += lo;
     t.self += lo;
-    t.a += lo;
+    if (t.a != nullptr) t.a += lo;
     runLoopSteps(&t, 1, hi - lo);
   });
 }
