@@ -163,8 +163,15 @@ void applyComputeThreads() {
   if (want <= 0 || want == applied) return;
   // ATen sets a thread's count itself at its first parallel call on it
   // (at::internal::lazy_init_num_threads): made to happen first, so that it
-  // cannot undo this one later.
-  if (applied == 0) (void)at::get_num_threads();
+  // cannot undo this one later. That inline function's thread_local flag
+  // exists once per library that inlines it: libtorch_cpu's (reached through
+  // at::get_num_threads) and this library's own (its at::parallel_for calls:
+  // fusion passes, loop steps), which would otherwise reset the count at
+  // this thread's first parallel_for here.
+  if (applied == 0) {
+    (void)at::get_num_threads();
+    at::internal::lazy_init_num_threads();
+  }
   omp_set_num_threads(want);
   alignMklThreads(want);
   applied = want;
