@@ -311,19 +311,27 @@ def stream_semantics():
     """A collective follows the work queued on the current stream, without the host waiting."""
     rank, world = setup()
     out = {}
-    x = torch.full((1024,), float(rank + 1), device="neuron")
-    torch.neuron.synchronize()
-    torch.neuron._sleep(1000)  # 1 s of device work ahead of the collective
-    x.mul_(2)                  # ... and an op whose result the collective must see
-    t0 = time.perf_counter()
-    work = dist.all_reduce(x, async_op=True)
-    before = x + 0             # queued before wait(): does not wait for the collective
-    work.wait()                # a stream wait: the host does not block
-    y = x + 1                  # after wait(): sees the reduced value
-    host = time.perf_counter() - t0
-    out["host_seconds"] = host
-    out["value"] = (y.cpu(), torch.full((1024,), 2.0 * (1 + 2) + 1))
-    out["before_wait"] = (before.cpu(), torch.full((1024,), 2.0 * (rank + 1)))
+    # Two rounds; in round k, rank k's device reaches the collective 0.5 s
+    # before its peer's, so its collective cannot finish before the op queued
+    # behind it (an op that reads the collective's tensor before wait() races
+    # with it, as on CUDA; only the early rank's reading is determined).
+    for early in range(world):
+        x = torch.full((1024,), float(rank + 1), device="neuron")
+        torch.neuron.synchronize()
+        dist.barrier()
+        torch.neuron._sleep(1000 if rank == early else 1500)  # device work ahead of the collective
+        x.mul_(2)                  # ... and an op whose result the collective must see
+        t0 = time.perf_counter()
+        work = dist.all_reduce(x, async_op=True)
+        before = x + 0             # queued before wait(): does not wait for the collective
+        work.wait()                # a stream wait: the host does not block
+        y = x + 1                  # after wait(): sees the reduced value
+        host = time.perf_counter() - t0
+        out[f"host_seconds-{early}"] = host
+        out[f"value-{early}"] = (y.cpu(), torch.full((1024,), 2.0 * (1 + 2) + 1))
+        if rank == early:
+            out["before_wait"] = (before.cpu(), torch.full((1024,), 2.0 * (rank + 1)))
+        torch.neuron.synchronize()
     # The future's value is the output tensors, and waiting on it is a stream wait too.
     z = torch.full((8,), float(rank), device="neuron")
     fut = dist.all_reduce(z, async_op=True).get_future()
