@@ -300,9 +300,143 @@ def test_flat_ops_the_loop_does_not_take_keep_atens_behaviour():
                    [x * x[3], x.double() + x.double(), x + x[:1]])
     torch.neuron.synchronize()
     assert torchneuron.get_fusion_stats()["flat_loop_ops"] == 0
+    assert torchneuron.get_fusion_stats()["broadcast_loop_ops"] == 1  # d + d[:1]
     with pytest.raises(RuntimeError, match="cannot be converted to type float"):
         torch.add(x, x, alpha=1e39)
     with pytest.raises(RuntimeError, match="cannot be converted to type float"):
         torch.add(d, d, alpha=1e39)
         torch.neuron.synchronize()
     assert_bitwise([(d + d).cpu()], [x + x])  # the device keeps working
+
+
+# (output shape, broadcast operand's shape): a value per row (rows of 16 or
+# more), a column operand, a run of broadcast dims in the middle, size-1
+# dims of the output, stretches with ragged vector tails, a single row.
+REPEAT_SHAPES = [
+    ((4, 64, 128), (4, 64, 1)),
+    ((7, 300), (7, 1)),
+    ((5, 1, 40), (5, 1, 1)),
+    ((100,), (1,)),
+    ((4, 64, 128), (128,)),
+    ((3, 17, 33), (3, 1, 33)),
+    ((4, 4, 64, 32), (1, 1, 64, 32)),
+    ((2, 3, 5, 24), (2, 1, 1, 24)),
+    ((2, 40, 1000), (2, 1, 1000)),  # fusible size, several chunks
+]
+
+
+def _repeat_inputs(out_shape, b_shape, gen):
+    x, b = torch.randn(out_shape, generator=gen), torch.randn(b_shape, generator=gen)
+    special = (float("inf"), float("nan"), -0.0, 1e-40, 3e38, float("-inf"), 0.0)
+    for i, v in enumerate(special):
+        x.view(-1)[i * 7 % x.numel()] = v
+        b.view(-1)[-1 - i % b.numel()] = v
+    return x, b
+
+
+@pytest.mark.parametrize("loops", [True, False], ids=["loop", "kernel"])
+def test_broadcast_float_ops_run_as_repeat_steps_with_cpus_bits(loops):
+    # mul/div and add/sub with alpha 1 on float32 where one operand repeats
+    # along one run of broadcast dims (either operand): each element is one
+    # IEEE operation in ATen's kernel and in the repeat step alike.
+    calls = [
+        lambda x, b: x * b,
+        lambda x, b: b * x,       # the repeated operand first
+        lambda x, b: x / b,
+        lambda x, b: b / x,
+        lambda x, b: x + b,
+        lambda x, b: b - x,
+        lambda x, b: torch.sub(x, b, alpha=1),
+        lambda x, b: x.clone().mul_(b),
+        lambda x, b: x.clone().sub_(b),
+        lambda x, b: torch.div(x, b, out=torch.empty_like(x)),
+    ]
+    gen = torch.Generator().manual_seed(5)
+    torchneuron._C._set_list_loops_enabled(loops)
+    try:
+        torchneuron.clear_op_tracking()
+        for out_shape, b_shape in REPEAT_SHAPES:
+            x, b = _repeat_inputs(out_shape, b_shape, gen)
+            for call in calls:
+                assert_bitwise([call(x.to(NEURON), b.to(NEURON)).cpu()], [call(x, b)])
+        torch.neuron.synchronize()
+        stats = torchneuron.get_fusion_stats()
+    finally:
+        torchneuron._C._set_list_loops_enabled(True)
+    # A value per row cannot be the first operand (b * x, b / x, b - x).
+    rows = sum(1 for o, b in REPEAT_SHAPES if b[-1] == 1)
+    expected = len(REPEAT_SHAPES) * len(calls) - 3 * rows
+    assert stats["broadcast_loop_ops"] == (expected if loops else 0)
+    assert stats["flat_loop_ops"] == 0
+
+
+def test_broadcasts_the_repeat_step_does_not_take_keep_atens_behaviour():
+    # alpha other than 1 (a product fused into the add: ATen's row tails may
+    # round it apart), two runs of broadcast dims, short stretches, a
+    # non-contiguous or non-float operand: ATen's kernel, the same bits.
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(4, 6, 40, generator=gen)
+    mul = lambda x, b: x * b  # noqa: E731
+    cases = [
+        (lambda x, b: torch.add(x, b, alpha=0.5), x, torch.randn(4, 6, 1, generator=gen)),
+        (mul, x, torch.randn(1, 6, 1, generator=gen)),                     # two runs
+        (mul, torch.randn(4, 6, 8, generator=gen), torch.randn(8, generator=gen)),       # short
+        (mul, torch.randn(4, 6, 8, generator=gen), torch.randn(4, 6, 1, generator=gen)),  # short rows
+        (mul, torch.randn(40, 6, 4, generator=gen).transpose(0, 2), torch.randn(4, 6, 1, generator=gen)),
+        (lambda x, b: x * b[..., :1], x, torch.randn(4, 6, 2, generator=gen)),  # not contiguous
+        (mul, x.double(), torch.randn(4, 6, 1, generator=gen, dtype=torch.double)),
+        (mul, x.bfloat16(), torch.randn(4, 6, 1, generator=gen).bfloat16()),
+    ]
+    torchneuron.clear_op_tracking()
+    for call, a, b in cases:
+        assert_bitwise([call(a.to(NEURON), b.to(NEURON)).cpu().contiguous()],
+                       [call(a, b).contiguous()])
+    torch.neuron.synchronize()
+    assert torchneuron.get_fusion_stats()["broadcast_loop_ops"] == 0
+
+
+def test_broadcast_chains_fuse_with_cpus_bits():
+    # RMSNorm's tail and a centred square (x * rstd[..., None] * w, then
+    # (y - m) ** 2 as a product): repeat steps and flat steps in one pass.
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(64, 1024, generator=gen)
+    rstd, w, m = (torch.rand(64, 1, generator=gen) + 0.5, torch.randn(1024, generator=gen),
+                  torch.randn(64, 1, generator=gen))
+
+    def chain(x, rstd, w, m):
+        y = w * (x * rstd)
+        c = y - m
+        return [y, c * c / rstd]
+
+    ref = chain(x, rstd, w, m)
+    args = (x.to(NEURON), rstd.to(NEURON), w.to(NEURON), m.to(NEURON))
+    out = queued_behind_hold(lambda: chain(*args))
+    torch.neuron.synchronize()
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise([t.cpu() for t in out], ref)
+    assert stats["broadcast_loop_ops"] == 4 and stats["flat_loop_ops"] == 1
+    assert stats["passes"] == 1 and stats["ops"] == 5, stats
+
+
+def test_a_broadcast_operand_the_pass_writes_ends_the_pass():
+    # The pass writes, block by block, the very bytes a broadcast operand
+    # reads at every block (a bool result viewed as float32 columns): the op
+    # must wait for the whole write, not join the pass.
+    n = 4 * 16384
+    gen = torch.Generator().manual_seed(8)
+    a, x = torch.randn(n, generator=gen), torch.randn(4, n // 4, generator=gen)
+
+    def chain(a, x):
+        flags = torch.empty(n, dtype=torch.bool, device=a.device)
+        torch.gt(a, 0, out=flags)
+        return [x * flags.view(torch.float32)]
+
+    ref = chain(a, x)
+    ad, xd = a.to(NEURON), x.to(NEURON)
+    for _ in range(3):
+        out = queued_behind_hold(lambda: chain(ad, xd))
+        torch.neuron.synchronize()
+        stats = torchneuron.get_fusion_stats()
+        assert stats["broadcast_loop_ops"] == 1
+        assert "aten::mul.Tensor" not in stats["by_op"], stats
+        assert torch.equal(out[0].cpu().view(torch.int32), ref[0].view(torch.int32))

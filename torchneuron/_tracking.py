@@ -66,9 +66,12 @@ def get_fusion_stats() -> dict:
     ``{"passes": fused passes, "ops": ops they held, "by_op": {op: count},
     "blocked_list_passes": passes of foreach ops that walked each list index's
     tensors block by block, "list_loop_ops": ops of list passes computed in
-    the pass's own loops instead of their CPU kernels (csrc/aten/ListLoop.h)}``:
-    counted when a pass ran on the device (after
-    a synchronize, all of them).
+    the pass's own loops instead of their CPU kernels (csrc/aten/ListLoop.h),
+    "flat_loop_ops": float32 add/sub/mul/div of one size queued as a loop's
+    step, "broadcast_loop_ops": the same ops with an operand broadcast along
+    one run of dims, queued as a repeat step (csrc/aten/LoopStep.h)}``:
+    passes are counted when they ran on the device (after a synchronize, all
+    of them), loop steps when they were queued.
     An op counted here is also counted as ``async`` in ``get_op_paths()``.
     """
     return dict(_C._fusion_stats())

@@ -80,12 +80,21 @@ bool clear(c10::ArrayRef<nrtBufferRange> mine, c10::ArrayRef<nrtBufferRange> the
   return true;
 }
 
+// Whether no range of `a` overlaps one of `b`.
+bool apart(c10::ArrayRef<nrtBufferRange> a, c10::ArrayRef<nrtBufferRange> b) {
+  for (const auto& x : a)
+    for (const auto& y : b)
+      if (rangesOverlap(x, y)) return false;
+  return true;
+}
+
 // Whether `next` may join a pass holding `ops`.
 bool joins(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
   if (next.listLength != 0 || next.numel != ops[0]->numel) return false;
   for (const FusibleOp* op : ops) {
     if (!clear(next.reads, op->writes) || !clear(next.writes, op->writes) ||
-        !clear(next.writes, op->reads))
+        !clear(next.writes, op->reads) || !apart(next.acrossReads, op->writes) ||
+        !apart(next.writes, op->acrossReads))
       return false;
   }
   return true;
@@ -146,12 +155,6 @@ void runChunk(c10::ArrayRef<FusibleOp*> ops, int64_t begin, int64_t end, Failure
 // Whether `next` touches nothing a pass holding `ops` touches (reads of the
 // same bytes aside).
 bool independent(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
-  auto apart = [](c10::ArrayRef<nrtBufferRange> a, c10::ArrayRef<nrtBufferRange> b) {
-    for (const auto& x : a)
-      for (const auto& y : b)
-        if (rangesOverlap(x, y)) return false;
-    return true;
-  };
   if (next.listLength != 0 || next.numel > at::internal::GRAIN_SIZE) return false;
   for (const FusibleOp* op : ops) {
     if (!apart(next.writes, op->writes) || !apart(next.writes, op->reads) ||
@@ -485,14 +488,17 @@ void launchFusible(const NeuronStream& stream, const WorkDesc& work,
 
 // Counted per op on the host: an atomic rather than the stats' mutex.
 std::atomic<int64_t> gFlatLoopOps{0};
+std::atomic<int64_t> gBroadcastLoopOps{0};
 
 void countFlatLoopOp() { gFlatLoopOps.fetch_add(1, std::memory_order_relaxed); }
+void countBroadcastLoopOp() { gBroadcastLoopOps.fetch_add(1, std::memory_order_relaxed); }
 
 FusionStats fusionStats() {
   Stats& st = stats();
   std::lock_guard<std::mutex> lk(st.mu);
   FusionStats s = st.s;
   s.flatLoopOps = gFlatLoopOps.load(std::memory_order_relaxed);
+  s.broadcastLoopOps = gBroadcastLoopOps.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -501,6 +507,7 @@ void clearFusionStats() {
   std::lock_guard<std::mutex> lk(st.mu);
   st.s = FusionStats();
   gFlatLoopOps.store(0, std::memory_order_relaxed);
+  gBroadcastLoopOps.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace torchneuron

@@ -23,9 +23,11 @@
 //
 // What may fuse: ops on the list whose tensors are all either 0-dim (read as
 // scalars) or contiguous with the output's sizes, with the same number of
-// elements as the pass; and a memory range one op of the pass writes may be
-// touched by another only as the very same range (element i of it is then
-// element i for both). Anything else ends the pass.
+// elements as the pass, and float32 repeat steps (LoopStep.h: an operand
+// broadcast along one run of dims); a memory range one op of the pass writes
+// may be touched by another only as the very same range (element i of it is
+// then element i for both), and a broadcast operand not at all. Anything
+// else ends the pass.
 //
 // TORCHNEURON_FUSION=0 (or torchneuron.neuron.set_fusion_enabled(False))
 // queues every op unfused.
@@ -58,6 +60,9 @@ class FusibleOp {
   const char* name = "<unnamed kernel>";  // lives as long as the process
   int64_t numel = 0;
   c10::SmallVector<nrtBufferRange, 4> reads, writes;  // device bytes
+  // Of `reads`, those read at elements other than the one computed (a
+  // broadcast operand): nothing the pass writes may touch them at all.
+  c10::SmallVector<nrtBufferRange, 1> acrossReads;
 
   // A foreach op instead: the length of its lists (0 for an elementwise op),
   // whether every tensor is under GRAIN_SIZE elements (its op then runs on
@@ -128,11 +133,13 @@ struct FusionStats {
   int64_t blockedListPasses = 0;  // list passes that walked each index in blocks
   int64_t loopOps = 0;            // ops of list passes computed in list loops (ListLoop.h)
   int64_t flatLoopOps = 0;        // add/sub/mul/div queued as a list loop's step (Pointwise.cpp)
+  int64_t broadcastLoopOps = 0;   // ... with a broadcast operand, as a repeat step (LoopStep.h)
   std::map<std::string, int64_t> byOp;
 };
 FusionStats fusionStats();
 void clearFusionStats();
 // Counts an op queued to run as a list loop's step (a relaxed atomic).
 void countFlatLoopOp();
+void countBroadcastLoopOp();
 
 }  // namespace torchneuron

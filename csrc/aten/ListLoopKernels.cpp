@@ -95,6 +95,39 @@ void runStep(const LoopStep& s, int64_t begin, int64_t len) {
 
 }  // namespace
 
+void runRepeatStep(const RepeatStep& r, int64_t begin, int64_t end) {
+  const LoopStep& s = r.step;
+  const float* repeated = r.repeatSelf ? s.self : s.a;
+  const int64_t block = r.inner * r.rep;  // output elements per run of the repeated operand
+  for (int64_t i = begin; i < end;) {
+    const int64_t q = i / block, within = i % block;
+    LoopStep t = s;
+    t.out = s.out + i;
+    int64_t len;
+    if (r.inner == 1) {
+      // One value for the rest of this row: the scalar form of the step.
+      len = end - i < block - within ? end - i : block - within;
+      t.self = s.self + i;
+      t.a = nullptr;
+      t.value = repeated[q];
+    } else {
+      // A contiguous stretch of the repeated operand, to the end of its block.
+      const int64_t col = within % r.inner;
+      len = end - i < r.inner - col ? end - i : r.inner - col;
+      const float* rp = repeated + q * r.inner + col;
+      if (r.repeatSelf) {
+        t.self = rp;
+        t.a = s.a + i;
+      } else {
+        t.self = s.self + i;
+        t.a = rp;
+      }
+    }
+    runStep(t, 0, len);
+    i += len;
+  }
+}
+
 bool sqrtStepAvailable() { return vmsSqrt != nullptr; }
 
 void runLoopSteps(const LoopStep* steps, size_t n, int64_t count) {

@@ -24,6 +24,20 @@ struct LoopStep {
 // (listLoopsEnabled, ListLoop.h).
 void runLoopSteps(const LoopStep* steps, size_t n, int64_t count);
 
+// A mul/div/add step whose operands are the output's size except one that
+// repeats (a broadcast: Pointwise.cpp): output element i reads element
+// (i / (inner * rep)) * inner + i % inner of the repeated operand, `a`, or
+// `self` where repeatSelf. So inner == 1 is a value per row of `rep`
+// elements (x * rstd[..., None]); a leading run, a column operand (x * w).
+// Elements [begin, end) of the output; inner == 1 needs !repeatSelf.
+struct RepeatStep {
+  LoopStep step;
+  int64_t inner = 0;
+  int64_t rep = 0;
+  bool repeatSelf = false;
+};
+void runRepeatStep(const RepeatStep& s, int64_t begin, int64_t end);
+
 // Whether kSqrt steps can run: ATen's square root (MKL's) is at hand.
 bool sqrtStepAvailable();
 

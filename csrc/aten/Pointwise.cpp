@@ -150,6 +150,75 @@ void runStepRange(const LoopStep& s, int64_t begin, int64_t end) {
   });
 }
 
+// A float32 op on dense device operands where one operand repeats along a
+// single run of broadcast dims (x * rstd[..., None], w * x, q * cos[None,
+// None]) as a repeat step (LoopStep.h) instead of ATen's kernel behind a
+// TensorIterator. Only ops whose element is one IEEE operation either way
+// (mul, div, add and sub with alpha 1), so the form that computes an
+// element (vector body, row tail, this loop) cannot change its bits.
+bool repeatStepOf(Kind kind, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                  const at::Scalar& alpha, RepeatStep* r) {
+  if (out.scalar_type() != at::kFloat || !out.is_contiguous() || out.dim() == 0) return false;
+  for (const at::Tensor* t : {&a, &b})
+    if (!isNeuron(*t) || t->dim() == 0 || t->scalar_type() != at::kFloat || !t->is_contiguous())
+      return false;
+  if (kind == Kind::Add || kind == Kind::Sub) {
+    const bool one = alpha.isIntegral(/*includeBool=*/false) ? alpha.toLong() == 1
+                     : alpha.isFloatingPoint()               ? alpha.toDouble() == 1.0
+                                                             : false;
+    if (!one) return false;
+  }
+  const bool aFull = a.sizes() == out.sizes(), bFull = b.sizes() == out.sizes();
+  if (aFull == bFull) return false;  // both full: flat; neither: two broadcasts
+  const at::Tensor& repeated = aFull ? b : a;
+  // The dims where the repeated operand is 1 and the output is not must be
+  // one run (dims of size 1 in the output aside): the operand is then blocks
+  // of `inner` elements, each read `rep` times in a row.
+  const int64_t nd = out.dim(), offset = nd - repeated.dim();
+  int64_t inner = 1, rep = 1;
+  int state = 0;  // 0: before the run, 1: in it, 2: after it
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t os = out.size(d), rs = d < offset ? 1 : repeated.size(d - offset);
+    if (os == 1) continue;
+    if (rs == os) {
+      if (state == 1) state = 2;
+      if (state == 2) inner *= os;
+    } else {
+      if (state == 2) return false;
+      state = 1;
+      rep *= os;
+    }
+  }
+  if (state == 0) return false;
+  // Short stretches would cost more than ATen's loop.
+  const bool rows = inner == 1 && rep >= 16 && aFull;
+  if (!rows && inner < 16) return false;
+  if (!listLoopsEnabled()) return false;
+  const LoopStep::Kind k = kind == Kind::Mul   ? LoopStep::kMul
+                           : kind == Kind::Div ? LoopStep::kDiv
+                                               : LoopStep::kAdd;
+  r->step = {k, out.mutable_data_ptr<float>(), a.const_data_ptr<float>(),
+             b.const_data_ptr<float>(), nullptr, 0.0f, kind == Kind::Sub ? -1.0f : 1.0f};
+  r->inner = inner;
+  r->rep = rep;
+  r->repeatSelf = !aFull;
+  return true;
+}
+
+void runRepeatRange(const RepeatStep& s, int64_t begin, int64_t end) {
+  at::parallel_for(begin, end, at::internal::GRAIN_SIZE,
+                   [&](int64_t lo, int64_t hi) { runRepeatStep(s, lo, hi); });
+}
+
+// A repeat step, for a fusion pass: its repeated operand is read across
+// blocks, but never written by the pass (the pass's range rule: it is not
+// the same range as any full-size tensor).
+struct RepeatOp final : FusibleOp {
+  RepeatStep step;
+  void run() override { runRange(0, numel); }
+  void runRange(int64_t begin, int64_t end) override { runRepeatRange(step, begin, end); }
+};
+
 // The queued op, for a fusion pass (Fusion.h) when every operand is a
 // scalar or contiguous of the output's shape (a flat call, DirectOp.h).
 struct FastOp final : FusibleOp {
@@ -212,6 +281,21 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
       compute(kind, ro.cpu(numel), ra.cpu(numel, scalarType),
               rb.cpu(numel, scalarType), alpha);
     });
+    return;
+  }
+  RepeatStep repeat;
+  if (repeatStepOf(kind, out, a, b, alpha, &repeat)) {
+    countBroadcastLoopOp();
+    if (out.numel() >= kMinFusibleElements && fusionEnabled()) {
+      auto op = std::make_unique<RepeatOp>();
+      op->step = repeat;
+      op->numel = out.numel();
+      const at::Tensor& r = repeat.repeatSelf ? a : b;
+      op->acrossReads.push_back({r.const_data_ptr(), r.nbytes()});
+      launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
+      return;
+    }
+    launchOnStream(stream, name, [repeat, numel = out.numel()]() { runRepeatRange(repeat, 0, numel); });
     return;
   }
   launchOnStream(stream, name, [kind, ro = Operand::of(out, /*written=*/true), ra = Operand::of(a),

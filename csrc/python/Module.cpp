@@ -278,6 +278,7 @@ PYBIND11_MODULE(_C, m) {
     d["blocked_list_passes"] = st.blockedListPasses;
     d["list_loop_ops"] = st.loopOps;
     d["flat_loop_ops"] = st.flatLoopOps;
+    d["broadcast_loop_ops"] = st.broadcastLoopOps;
     return d;
   });
   registerMemoryBindings(m);  // MemoryBindings.cpp
