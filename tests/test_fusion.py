@@ -140,7 +140,9 @@ def test_gelu_chain_fuses_and_keeps_cpus_bits(fusion_on, n):
 # ---------------------------------------------------------------------------
 # Random chains: ops of the fusible list and others, dtypes, scalars (Python
 # and 0-dim device tensors), in-place ops, views that keep or break
-# contiguity, and aliasing a pass cannot allow (shifted slices).
+# contiguity, broadcasts (columns, values per row, either operand repeated),
+# and aliasing a pass cannot allow (shifted slices, a row of a tensor the
+# pass writes read at every row).
 
 def _unary(x, rng):
     ops = [torch.tanh, torch.exp, torch.sigmoid, torch.neg, torch.sin, torch.cos, torch.relu,
@@ -165,7 +167,7 @@ def _binary(x, y, s, rng):
 def random_chain(seed):
     """A program of pointwise steps over a pool of tensors; returns a callable."""
     rng = random.Random(seed)
-    steps = [rng.randrange(8) for _ in range(rng.randrange(4, 14))]
+    steps = [rng.randrange(9) for _ in range(rng.randrange(4, 14))]
     choices = [rng.random() for _ in range(64)]
 
     def program(x, y, s):
@@ -181,6 +183,24 @@ def random_chain(seed):
             elif kind == 6:  # in place on a fresh tensor of the pool
                 v = a * 1.0
                 v.mul_(b).add_(0.25)
+            elif kind == 8:  # broadcasts over the elements as rows
+                m = a.numel()
+                rows = next((d for d in (3, 2, 5, 7, 11, 13) if m % d == 0), 1)
+                am, bm = a.view(rows, m // rows), b.view(rows, m // rows)
+                if choices[i] < 0.3:
+                    v = am * bm[:1]                  # a column operand: a view of b's first row
+                elif choices[i] < 0.45:
+                    v = bm[:1] - am                  # the repeated operand first
+                elif choices[i] < 0.65:
+                    v = am / (bm[:, :1].abs() + 1)   # a value per row
+                elif choices[i] < 0.85:
+                    # A row of what the pass writes, read at every row: may
+                    # never share that pass.
+                    w = a + b
+                    v = am * w.view(rows, m // rows)[:1] + w.view(rows, m // rows)
+                else:
+                    v = am + bm[:, :1]               # a strided value per row
+                v = v.reshape(-1)
             else:  # views: a reshape keeps contiguity, a transpose or shift does not
                 m = a.numel()
                 if choices[i] < 0.4 and m % 2 == 0:
@@ -203,7 +223,7 @@ def random_chain(seed):
 @requires_async
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_random_chains_fused_unfused_and_cpu_are_bitwise_equal(fusion_on, dtype):
-    fused_ops = 0
+    fused_ops = repeat_steps = 0
     for seed in range(24):
         n = SIZES[seed % len(SIZES)]
         g = torch.Generator().manual_seed(seed)
@@ -216,12 +236,15 @@ def test_random_chains_fused_unfused_and_cpu_are_bitwise_equal(fusion_on, dtype)
         torchneuron.clear_op_tracking()
         fused = run_neuron(program, [x, y, s], fused=True)
         fused_ops += torchneuron.get_fusion_stats()["ops"]
+        repeat_steps += torchneuron.get_fusion_stats()["broadcast_loop_ops"]
         try:
             assert_bitwise(fused, ref)
             assert_bitwise(unfused, ref)
         except AssertionError:
             pytest.fail(f"seed {seed}, n {n}, {dtype}: fused/unfused/CPU differ")
     assert fused_ops > 24, "the chains never fused: the test would prove nothing"
+    if dtype == torch.float32 and torchneuron._C._list_loops_available():
+        assert repeat_steps > 0, "no broadcast ran as a repeat step"
 
 
 def _optimizer_steps(make_opt, sizes, steps=3):
