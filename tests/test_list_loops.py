@@ -271,6 +271,11 @@ def test_flat_float_ops_run_as_loop_steps_with_cpus_bits(loops):
         lambda x, y: x.clone().mul_(torch.tensor(3.3, dtype=torch.float64)),
         lambda x, y: x * (2 ** 60 + 1),
         lambda x, y: x * 1e39,
+        # A float32 device 0-dim second, read when the step runs.
+        lambda x, y: x * y[0],
+        lambda x, y: torch.add(x, y[-1], alpha=0.37),
+        lambda x, y: x.clone().div_(y[0]),
+        lambda x, y: x - y.mul(3.0)[0],  # written by the op queued just before
     ]
     torchneuron._C._set_list_loops_enabled(loops)
     try:
@@ -287,17 +292,24 @@ def test_flat_float_ops_run_as_loop_steps_with_cpus_bits(loops):
         counted = torchneuron.get_fusion_stats()["flat_loop_ops"]
     finally:
         torchneuron._C._set_list_loops_enabled(True)
-    assert counted == (len(FLAT_SIZES) * len(calls) if loops else 0)
+    # One call queues two flat ops (y.mul(3.0), then the subtraction).
+    assert counted == (len(FLAT_SIZES) * (len(calls) + 1) if loops else 0)
 
 
 def test_flat_ops_the_loop_does_not_take_keep_atens_behaviour():
-    # A device 0-dim operand, another dtype, a broadcast: ATen's kernel. An
-    # alpha beyond float's range raises at the op, as on CPU.
+    # A device 0-dim operand of another dtype or first, another dtype, a
+    # broadcast (a repeat step instead), an operand overlapping the output:
+    # ATen's kernel. An alpha beyond float's range raises at the op, as on CPU.
     x = torch.randn(100)
     d = x.to(NEURON)
     torchneuron.clear_op_tracking()
-    assert_bitwise([(d * d[3]).cpu(), (d.double() + d.double()).cpu(), (d + d[:1]).cpu()],
-                   [x * x[3], x.double() + x.double(), x + x[:1]])
+    assert_bitwise([(d * d[3].double()).cpu(), (d[3] * d).cpu(), (d.double() + d.double()).cpu(),
+                    (d + d[:1]).cpu()],
+                   [x * x[3].double(), x[3] * x, x.double() + x.double(), x + x[:1]])
+    for t in (x, d):  # an operand overlapping the output: CPU's error at the op
+        c = t.clone()
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            c.mul_(c[5])
     torch.neuron.synchronize()
     assert torchneuron.get_fusion_stats()["flat_loop_ops"] == 0
     assert torchneuron.get_fusion_stats()["broadcast_loop_ops"] == 1  # d + d[:1]

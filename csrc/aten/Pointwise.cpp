@@ -99,16 +99,18 @@ void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b
 // converts it), checked against ATen's kernels, scalar forms included, at
 // their first use. On the worker it replaces building a TensorIterator for
 // ATen's kernel, which was nearly all of a small op's device time (the
-// arithmetic of a 64-float add is about 1% of it). Where the loops are off
-// or unavailable, or an operand is another dtype, a device 0-dim tensor or
-// a CPU scalar first, or alpha does not convert to float as ATen converts
+// arithmetic of a 64-float add is about 1% of it). A float32 device 0-dim
+// second operand is the step's scalar too, read when the step runs (ATen's
+// kernel sees it as the same 0-dim CPU scalar): *valueAt then points at it.
+// Where the loops are off or unavailable, or an operand is another dtype
+// or a scalar first, or alpha does not convert to float as ATen converts
 // it: false.
 bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const FlatOperand& b,
-                const at::Scalar& alpha, LoopStep* step) {
+                const at::Scalar& alpha, LoopStep* step, const float** valueAt) {
   for (const FlatOperand* o : {&out, &a})
     if (o->host.defined() || o->zeroDim || o->dtype != at::kFloat) return false;
   const bool scalar = b.host.defined();
-  if (!scalar && (b.zeroDim || b.dtype != at::kFloat)) return false;
+  if (!scalar && b.dtype != at::kFloat) return false;
   if (scalar && !at::isFloatingType(b.host.scalar_type()) &&
       !at::isIntegralType(b.host.scalar_type(), /*includeBool=*/true))
     return false;
@@ -130,9 +132,11 @@ bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const F
   const LoopStep::Kind k = kind == Kind::Mul   ? LoopStep::kMul
                            : kind == Kind::Div ? LoopStep::kDiv
                                                : LoopStep::kAdd;
+  const bool tensor = !scalar && !b.zeroDim;
   *step = {k, static_cast<float*>(out.data), static_cast<const float*>(a.data),
-           scalar ? nullptr : static_cast<const float*>(b.data), nullptr,
+           tensor ? static_cast<const float*>(b.data) : nullptr, nullptr,
            scalar ? hostScalarAsFloat(b.host) : 0.0f, alphaF};
+  *valueAt = b.zeroDim ? static_cast<const float*>(b.data) : nullptr;
   return true;
 }
 
@@ -140,9 +144,11 @@ bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const F
 // ATen splits an elementwise kernel (inside a fusion pass's parallel
 // region: on the calling thread). The loop gives every element the same
 // form wherever a split falls.
-void runStepRange(const LoopStep& s, int64_t begin, int64_t end) {
+void runStepRange(const LoopStep& s, const float* valueAt, int64_t begin, int64_t end) {
+  LoopStep base = s;
+  if (valueAt != nullptr) base.value = *valueAt;
   at::parallel_for(begin, end, at::internal::GRAIN_SIZE, [&](int64_t lo, int64_t hi) {
-    LoopStep t = s;
+    LoopStep t = base;
     t.out += lo;
     t.self += lo;
     if (t.a != nullptr) t.a += lo;
@@ -228,9 +234,10 @@ struct FastOp final : FusibleOp {
   at::ScalarType scalarType;  // of CPU scalar operands (scalarTypeFor)
   bool loop = false;          // computed as `step` (loopStepOf)
   LoopStep step{};
+  const float* valueAt = nullptr;  // the step's scalar, a device 0-dim operand
   void run() override { runRange(0, numel); }
   void runRange(int64_t begin, int64_t end) override {
-    if (loop) return runStepRange(step, begin, end);
+    if (loop) return runStepRange(step, valueAt, begin, end);
     compute(kind, out.piece(begin, end), a.piece(begin, end, scalarType),
             b.piece(begin, end, scalarType), alpha);
   }
@@ -262,7 +269,7 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
     op->alpha = alpha;
     op->scalarType = scalarType;
     op->numel = out.numel();
-    op->loop = loopStepOf(kind, op->out, op->a, op->b, alpha, &op->step);
+    op->loop = loopStepOf(kind, op->out, op->a, op->b, alpha, &op->step, &op->valueAt);
     if (op->loop) countFlatLoopOp();
     launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
     return;
@@ -270,9 +277,12 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
   if (flat) {
     FlatOperand ro = FlatOperand::of(out, true), ra = FlatOperand::of(a), rb = FlatOperand::of(b);
     LoopStep step;
-    if (loopStepOf(kind, ro, ra, rb, alpha, &step)) {
+    const float* valueAt = nullptr;
+    if (loopStepOf(kind, ro, ra, rb, alpha, &step, &valueAt)) {
       countFlatLoopOp();
-      launchOnStream(stream, name, [step, numel = out.numel()]() { runStepRange(step, 0, numel); });
+      launchOnStream(stream, name, [step, valueAt, numel = out.numel()]() {
+        runStepRange(step, valueAt, 0, numel);
+      });
       return;
     }
     launchOnStream(stream, name, [kind, numel = out.numel(), ro = std::move(ro),
