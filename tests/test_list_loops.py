@@ -393,8 +393,9 @@ def test_broadcasts_the_repeat_step_does_not_take_keep_atens_behaviour():
         (lambda x, b: torch.add(x, b, alpha=0.5), x, torch.randn(4, 6, 1, generator=gen)),
         (mul, x, torch.randn(1, 6, 1, generator=gen)),                     # two runs
         (mul, torch.randn(4, 6, 8, generator=gen), torch.randn(8, generator=gen)),       # short
-        (mul, torch.randn(4, 6, 8, generator=gen), torch.randn(4, 6, 1, generator=gen)),  # short rows
-        (mul, torch.randn(40, 6, 4, generator=gen).transpose(0, 2), torch.randn(4, 6, 1, generator=gen)),
+        (mul, torch.randn(4, 6, 8, generator=gen), torch.randn(4, 6, 1, generator=gen)),  # rows: 8
+        (mul, torch.randn(40, 6, 4, generator=gen).transpose(0, 2),                      # strided
+         torch.randn(4, 6, 1, generator=gen)),
         (lambda x, b: x * b[..., :1], x, torch.randn(4, 6, 2, generator=gen)),  # not contiguous
         (mul, x.double(), torch.randn(4, 6, 1, generator=gen, dtype=torch.double)),
         (mul, x.bfloat16(), torch.randn(4, 6, 1, generator=gen).bfloat16()),

@@ -91,6 +91,11 @@ void compute(Kind kind, at::Tensor out, const at::Tensor& a, const at::Tensor& b
   }
 }
 
+// The loop step computing `kind` (sub is add with -alpha, as in ATen).
+LoopStep::Kind stepKindOf(Kind kind) {
+  return kind == Kind::Mul ? LoopStep::kMul : kind == Kind::Div ? LoopStep::kDiv : LoopStep::kAdd;
+}
+
 // A flat float32 op on dense device operands of the result's size (the
 // second may be a CPU scalar: x * 0.5), as a list loop's step (ListLoop.h):
 // each element with the roundings ATen's kernel gives it (add and sub fuse
@@ -129,11 +134,8 @@ bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const F
     if (kind == Kind::Sub) alphaF = -alphaF;
   }
   if (!listLoopsEnabled()) return false;
-  const LoopStep::Kind k = kind == Kind::Mul   ? LoopStep::kMul
-                           : kind == Kind::Div ? LoopStep::kDiv
-                                               : LoopStep::kAdd;
   const bool tensor = !scalar && !b.zeroDim;
-  *step = {k, static_cast<float*>(out.data), static_cast<const float*>(a.data),
+  *step = {stepKindOf(kind), static_cast<float*>(out.data), static_cast<const float*>(a.data),
            tensor ? static_cast<const float*>(b.data) : nullptr, nullptr,
            scalar ? hostScalarAsFloat(b.host) : 0.0f, alphaF};
   *valueAt = b.zeroDim ? static_cast<const float*>(b.data) : nullptr;
@@ -200,10 +202,7 @@ bool repeatStepOf(Kind kind, const at::Tensor& out, const at::Tensor& a, const a
   const bool rows = inner == 1 && rep >= 16 && aFull;
   if (!rows && inner < 16) return false;
   if (!listLoopsEnabled()) return false;
-  const LoopStep::Kind k = kind == Kind::Mul   ? LoopStep::kMul
-                           : kind == Kind::Div ? LoopStep::kDiv
-                                               : LoopStep::kAdd;
-  r->step = {k, out.mutable_data_ptr<float>(), a.const_data_ptr<float>(),
+  r->step = {stepKindOf(kind), out.mutable_data_ptr<float>(), a.const_data_ptr<float>(),
              b.const_data_ptr<float>(), nullptr, 0.0f, kind == Kind::Sub ? -1.0f : 1.0f};
   r->inner = inner;
   r->rep = rep;
@@ -217,8 +216,8 @@ void runRepeatRange(const RepeatStep& s, int64_t begin, int64_t end) {
 }
 
 // A repeat step, for a fusion pass: its repeated operand is read across
-// blocks, but never written by the pass (the pass's range rule: it is not
-// the same range as any full-size tensor).
+// blocks, so enqueue lists it in acrossReads (nothing the pass writes may
+// overlap it, Fusion.h).
 struct RepeatOp final : FusibleOp {
   RepeatStep step;
   void run() override { runRange(0, numel); }
@@ -305,7 +304,8 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
       launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
       return;
     }
-    launchOnStream(stream, name, [repeat, numel = out.numel()]() { runRepeatRange(repeat, 0, numel); });
+    launchOnStream(stream, name,
+                   [repeat, numel = out.numel()]() { runRepeatRange(repeat, 0, numel); });
     return;
   }
   launchOnStream(stream, name, [kind, ro = Operand::of(out, /*written=*/true), ra = Operand::of(a),
