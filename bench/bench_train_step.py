@@ -133,17 +133,20 @@ def device_only_ms(step, repeats=3, queued=5):
     device-only is the ceiling the report prints. Several steps per hold,
     because the compute threads go to sleep during the hold and the first
     work starts on them cold (a tiny Llama step read 9-13 ms alone, 6-7 ms
-    five at a time)."""
-    times = []
+    five at a time). Also returns the host's time to issue a step meanwhile
+    (median, ms): its time with no device work beside it."""
+    times, issue = [], []
     for r in range(repeats):
         torch.neuron.synchronize()
         torch.neuron._sleep(HOLD_US)
         start = time.perf_counter()
         for i in range(queued):
             step(r * queued + i)
+        issued = time.perf_counter()
         torch.neuron.synchronize()
         times.append((time.perf_counter() - start - HOLD_US / 1e6) / queued)
-    return statistics.median(times) * 1e3
+        issue.append((issued - start) / queued)
+    return statistics.median(times) * 1e3, statistics.median(issue) * 1e3
 
 
 def step_time(device, data, vocab, args):
@@ -198,7 +201,8 @@ def bitwise_same(runs):
         torch.equal(a, b) for a, b in zip(runs["cpu"][1], runs["neuron"][1]))
 
 
-# Device-only step times (device_only_ms) of the neuron runs since the last report.
+# (device-only step time, the host's issue time meanwhile) of the neuron runs since the
+# last report (device_only_ms).
 DEVICE_ONLY = []
 # The host's time to issue a whole step on neuron (before synchronize) and its wait in
 # synchronize (medians), per run since the last report. With the host done early and the step
@@ -208,7 +212,8 @@ ISSUE = []
 
 def report(what, res, runs, args):
     c, n = statistics.median(res["cpu"]), statistics.median(res["neuron"])
-    d = statistics.median(DEVICE_ONLY)
+    d = statistics.median(t for t, _ in DEVICE_ONLY)
+    held = statistics.median(i for _, i in DEVICE_ONLY)
     issue = statistics.median(i for i, _ in ISSUE)
     wait = statistics.median(w for _, w in ISSUE)
     DEVICE_ONLY.clear()
@@ -220,8 +225,8 @@ def report(what, res, runs, args):
           f"(load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores); "
           f"device-only step (host idle, steps queued behind a sleeping kernel) {d:.2f} ms, "
           f"so with the host fully hidden neuron could reach {c / d:.2f}x; "
-          f"on neuron the host issues a step in {issue:.2f} ms and waits {wait:.2f} ms for "
-          f"the device")
+          f"on neuron the host issues a step in {issue:.2f} ms ({held:.2f} ms with the device "
+          f"held) and waits {wait:.2f} ms for the device")
 
 
 def _spin():
