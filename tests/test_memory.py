@@ -153,6 +153,48 @@ def test_without_record_stream_same_stream_reuse_is_immediate():
     assert y.data_ptr() == ptr  # stream order makes reuse safe
 
 
+def test_a_freed_small_block_is_reused_only_on_its_stream():
+    # Small frees keep the block whole for the next request of its size
+    # (the allocator's reuse bins): still only on the stream it was made on.
+    side = torch.neuron.Stream()
+    x = torch.empty(1000, device="neuron")
+    ptr = x.data_ptr()
+    del x
+    with torch.neuron.stream(side):
+        y = torch.empty(1000, device="neuron")
+    assert y.data_ptr() != ptr
+    z = torch.empty(1000, device="neuron")
+    assert z.data_ptr() == ptr  # stream order makes reuse safe
+    # With another stream's use recorded, the block waits for that stream.
+    with torch.neuron.stream(side):
+        torch.neuron._sleep(200_000)
+    z.record_stream(side)
+    del z
+    w = torch.empty(1000, device="neuron")
+    assert w.data_ptr() != ptr
+    side.synchronize()
+
+
+def test_binned_small_blocks_merge_before_a_new_segment(two_devices):
+    # Eight freed 256 KiB blocks fill one 2 MiB segment from the reuse bins;
+    # a 1 MiB request must get them merged back, not a new segment.
+    dev = "neuron:1"
+    torch.neuron.empty_cache()
+    segments = _stats_of(1)["segment.all.current"]
+    blocks = [torch.empty(256 * 1024, dtype=torch.uint8, device=dev) for _ in range(8)]
+    assert _stats_of(1)["segment.all.current"] == segments + 1
+    del blocks  # binned (the stats call above flushed nothing: they were live)
+    big = torch.empty(MiB, dtype=torch.uint8, device=dev)
+    assert _stats_of(1)["segment.all.current"] == segments + 1
+    del big
+    torch.neuron.empty_cache()
+    assert _stats_of(1)["segment.all.current"] == segments
+
+
+def _stats_of(device):
+    return torch.neuron.memory_stats(device)
+
+
 def test_stats_are_per_device(two_devices):
     base0 = torch.neuron.memory_allocated(0)
     base1 = torch.neuron.memory_allocated(1)

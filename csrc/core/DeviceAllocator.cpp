@@ -24,6 +24,7 @@
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <iterator>
 #include <map>
@@ -53,6 +54,10 @@ constexpr size_t kRoundLarge = 2 << 20;       // large segments round to this
 
 struct BlockPool;
 
+// ReuseBins on or off (an A/B switch for benchmarks; on by default).
+std::atomic<bool> g_reuseBins{true};
+bool reuseBinsEnabled() { return g_reuseBins.load(std::memory_order_relaxed); }
+
 struct Block {
   c10::DeviceIndex device;
   nrtStream_t stream;  // allocation stream
@@ -61,6 +66,7 @@ struct Block {
   void* ptr;
   BlockPool* pool;
   bool allocated = false;
+  bool binned = false;  // freed into a reuse bin (ReuseBins), not yet in its pool
   Block* prev = nullptr;  // neighbours within the same segment
   Block* next = nullptr;
   // Other streams that used it (recordStream); almost always none. A
@@ -151,7 +157,14 @@ class DeviceCache {
     processEvents();
     const size_t size = roundSize(orig_size);
     BlockPool& pool = size <= kSmallSize ? small_ : large_;
-    Block* block = takeFreeBlock(pool, stream, size);
+    Block* block = bins_.take(stream, size);
+    if (block == nullptr) block = takeFreeBlock(pool, stream, size);
+    if (block == nullptr && !bins_.empty()) {
+      // Binned blocks may be what the request needs once merged: a new
+      // segment only when the merged cache cannot serve it either.
+      flushBins();
+      block = takeFreeBlock(pool, stream, size);
+    }
     if (block == nullptr) {
       block = allocateSegment(pool, stream, size, orig_size, context);
     }
@@ -219,7 +232,7 @@ class DeviceCache {
         ++block->event_count;
         pending_.emplace_back(ev, block);
       }
-    } else {
+    } else if (!binBlock(block)) {
       freeBlock(block, std::move(context));
     }
     return true;
@@ -242,6 +255,7 @@ class DeviceCache {
 
   DeviceStats stats() {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    flushBins();  // the split counts are those of eagerly merged blocks
     return stats_;
   }
 
@@ -271,6 +285,7 @@ class DeviceCache {
 
   void configureHistory(const HistorySettings& settings) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    flushBins();  // the trace starts from merged blocks (no bins while it records)
     trace_.configure(settings);
   }
 
@@ -280,6 +295,7 @@ class DeviceCache {
   std::vector<TraceEntry> snapshot(std::vector<SegmentSnapshot>& segments) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     processEvents();
+    flushBins();
     // Like CUDA, streams are reported with the default stream as 0.
     nrtStream_t default_stream = 0;
     if (isInitialized()) NEURON_CHECK(nrtStreamGetDefault(&default_stream, device_));
@@ -414,8 +430,7 @@ class DeviceCache {
   // free neighbours.
   // context: the stack of the free, when history records it.
   void freeBlock(Block* block, std::shared_ptr<c10::GatheredContext> context) {
-    BlockPool& pool = *block->pool;
-    StatTypes types = statTypes(pool);
+    StatTypes types = statTypes(*block->pool);
     const size_t original_size = block->size;
     if (trace_.recording()) {
       trace_.record(TraceEntry::kFreeCompleted, addr(block->ptr), block->requested, block->stream,
@@ -423,8 +438,22 @@ class DeviceCache {
     }
     block->context.reset();
     block->requested = 0;
+    returnToPool(block);
+    forEach(types, [&](size_t t) {
+      stats_.active[t].decrease(1);
+      stats_.active_bytes[t].decrease(original_size);
+    });
+  }
+
+  // Puts a free block in its pool, merged with its free neighbours (those in
+  // the pool: a binned neighbour merges when it is flushed).
+  void returnToPool(Block* block) {
+    BlockPool& pool = *block->pool;
+    StatTypes types = statTypes(pool);
     for (Block* neighbour : {block->prev, block->next}) {
-      if (neighbour == nullptr || neighbour->allocated || neighbour->event_count > 0) continue;
+      if (neighbour == nullptr || neighbour->allocated || neighbour->binned ||
+          neighbour->event_count > 0)
+        continue;
       // The neighbour is a free, split block in the pool: absorb it.
       forEach(types, [&](size_t t) {
         stats_.inactive_split[t].decrease(1);
@@ -453,10 +482,25 @@ class DeviceCache {
         stats_.inactive_split_bytes[t].increase(block->size);
       });
     }
-    forEach(types, [&](size_t t) {
+  }
+
+  // A free of a small block with no other stream's use keeps it whole in a
+  // bin (its stats as freeBlock's, the pool's merge deferred); false: the
+  // caller frees it the usual way.
+  bool binBlock(Block* block) {
+    if (trace_.recording() || !bins_.put(block)) return false;
+    block->context.reset();
+    block->requested = 0;
+    forEach(statTypes(*block->pool), [&](size_t t) {
       stats_.active[t].decrease(1);
-      stats_.active_bytes[t].decrease(original_size);
+      stats_.active_bytes[t].decrease(block->size);
     });
+    return true;
+  }
+
+  // Returns every binned block to its pool, merged as freeBlock merges.
+  void flushBins() {
+    bins_.drain([&](Block* block) { returnToPool(block); });
   }
 
   nrtEvent_t takeEvent() {
@@ -501,6 +545,7 @@ class DeviceCache {
 
   void releaseCachedBlocks() {
     synchronizeAndFreeEvents();
+    flushBins();
     // A free block may still be read or written by kernels queued before its
     // tensor died (stream-ordered reuse makes that safe for the cache, but
     // not for returning memory to the runtime): drain the device first, as
@@ -578,8 +623,70 @@ class DeviceCache {
     return next;
   }
 
+  // Small blocks freed whole for the next request of their size on their
+  // stream. Nearly every small op frees a block of the size the next one
+  // asks for; the pool's path splits a block from a cached range at each
+  // allocation and merges it back at each free (two ordered-set updates, a
+  // Block made and unmade), which cost more than CPU's whole allocation.
+  // A binned block is free but outside its pool: everything that looks at
+  // the pool (a request the bins cannot serve before it takes a new segment,
+  // stats, snapshots, empty_cache, history) flushes the bins first, so what
+  // it sees is the eagerly merged pool, and peak figures are those of merged
+  // blocks too. Not used while history records (its trace has every merge).
+  class ReuseBins {
+   public:
+    static constexpr size_t kMaxSize = 256 << 10;  // largest block kept
+    static constexpr size_t kDepth = 8;            // blocks kept per size
+
+    Block* take(nrtStream_t stream, size_t size) {
+      if (size > kMaxSize || count_ == 0) return nullptr;
+      std::vector<Block*>& bin = bins_[size / kMinBlockSize];
+      for (size_t i = bin.size(); i-- > 0;) {
+        Block* b = bin[i];
+        if (b->stream != stream) continue;
+        bin[i] = bin.back();
+        bin.pop_back();
+        --count_;
+        b->binned = false;
+        return b;
+      }
+      return nullptr;
+    }
+    bool put(Block* b) {
+      if (b->size > kMaxSize || !reuseBinsEnabled()) return false;
+      std::vector<Block*>& bin = bins_[b->size / kMinBlockSize];
+      if (bin.size() >= kDepth) return false;
+      if (bin.capacity() == 0) bin.reserve(kDepth);
+      bin.push_back(b);
+      ++count_;
+      b->binned = true;
+      return true;
+    }
+    bool empty() const { return count_ == 0; }
+    // Empties the bins: f(block) for each, its binned mark cleared just
+    // before (a neighbour still binned is not merged into it: that
+    // neighbour's own turn merges the two).
+    template <class F>
+    void drain(F f) {
+      if (count_ == 0) return;
+      for (auto& bin : bins_) {
+        for (Block* b : bin) {
+          b->binned = false;
+          f(b);
+        }
+        count_ -= bin.size();
+        bin.clear();
+      }
+    }
+
+   private:
+    std::vector<Block*> bins_[kMaxSize / kMinBlockSize + 1];
+    size_t count_ = 0;
+  };
+
   const c10::DeviceIndex device_;
   std::recursive_mutex mutex_;
+  ReuseBins bins_;
   std::vector<void*> spare_blocks_;  // raw memory for a Block
   std::vector<PoolSet::node_type> spare_nodes_;
   DeviceStats stats_;
@@ -719,6 +826,8 @@ void rawDelete(void* ptr) { g_allocator.free(ptr); }
 }  // namespace
 
 c10::DeviceAllocator* getDeviceAllocator() { return &g_allocator; }
+
+void setAllocatorReuseBins(bool on) { g_reuseBins.store(on, std::memory_order_relaxed); }
 
 void recordMemoryHistory(const HistorySettings& settings) { g_allocator.recordHistory(settings); }
 

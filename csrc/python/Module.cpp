@@ -6,6 +6,7 @@
 #include "aten/ListLoop.h"
 #include "aten/Launch.h"
 #include "core/ComputeThreads.h"
+#include "core/DeviceAllocator.h"
 #include "core/HostWait.h"
 #include "core/KernelWarnings.h"
 #include "aten/Common.h"
@@ -267,6 +268,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_list_loops_enabled", [] { return listLoopsEnabled(); });
   m.def("_set_list_loops_enabled", [](bool on) { setListLoopsEnabled(on); });
   m.def("_set_sqrt_loops_enabled", [](bool on) { setSqrtLoopsEnabled(on); });
+  m.def("_set_allocator_reuse_bins", [](bool on) { setAllocatorReuseBins(on); });
   m.def("_fusion_stats", [] {
     const FusionStats st = fusionStats();
     py::dict ops;
