@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "Activity.h"
@@ -32,6 +33,21 @@ bool spinUntil(Pred pred) {
     if (std::chrono::steady_clock::now() > until) return false;
     std::this_thread::yield();
   }
+}
+
+// Names the calling worker "neuron<device>-exec<index>" (what ps, top,
+// perf and debuggers show): otherwise every thread of the process shows
+// the host program's name, and the device's threads cannot be told from the
+// host's. Threads a worker starts (its OpenMP team) inherit the name.
+void nameWorkerThread(int device, int index) {
+#if defined(__linux__)
+  char name[16];  // the kernel keeps 15 characters
+  std::snprintf(name, sizeof name, "neuron%d-exec%d", device, index);
+  (void)pthread_setname_np(pthread_self(), name);
+#else
+  (void)device;
+  (void)index;
+#endif
 }
 
 }  // namespace
@@ -166,7 +182,12 @@ Executor::Executor(int device, int threads, long queueDepth)
 
 bool Executor::start() {
   try {
-    for (int i = 0; i < threads_; ++i) workers_.emplace_back([this] { workerLoop(); });
+    for (int i = 0; i < threads_; ++i) {
+      workers_.emplace_back([this, i] {
+        nameWorkerThread(device_, i);
+        workerLoop();
+      });
+    }
   } catch (const std::system_error&) {
     return false;
   }

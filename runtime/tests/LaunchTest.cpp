@@ -8,9 +8,19 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+
 #include "TestUtil.h"
 
 namespace {
+
+nrtStatus recordThreadName(void* a) {
+  char* out = *static_cast<char**>(a);
+#if defined(__linux__)
+  if (pthread_getname_np(pthread_self(), out, 16) != 0) out[0] = '\0';
+#endif
+  return NRT_SUCCESS;
+}
 
 struct ThreadArgs {
   std::thread::id* out;
@@ -41,6 +51,27 @@ nrtStatus failingKernel(void*) {
 }
 
 }  // namespace
+
+#if defined(__linux__)
+// The device's threads are named after it (ps, top, perf and debuggers tell
+// them from the host's); a launch-blocking kernel runs on the caller's.
+TEST(Launch, ExecutorThreadsAreNamedAfterTheDevice) {
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  char name[16] = "unset";
+  char* out = name;
+  NRT_OK(nrtLaunchKernel(s, "aten::who_am_i", recordThreadName, &out, sizeof out));
+  NRT_OK(nrtStreamSynchronize(s));
+  if (launchBlocking()) {
+    char mine[16] = "";
+    ASSERT_EQ(pthread_getname_np(pthread_self(), mine, sizeof mine), 0);
+    EXPECT_STREQ(name, mine);
+  } else {
+    EXPECT_EQ(std::strncmp(name, "neuron0-exec", 12), 0) << name;
+  }
+  NRT_OK(nrtStreamDestroy(s));
+}
+#endif
 
 TEST(Launch, RunsOnExecutorUnlessBlocking) {
   nrtStream_t s;
