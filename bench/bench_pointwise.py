@@ -21,10 +21,24 @@ A/B of what fusion gives (for AdamW it also keeps the foreach lists on one
 thread). For AdamW, "no list loops" is neuron fused but with list passes
 calling each op's CPU kernel instead of computing mul/div/add/lerp/addcmul/
 addcdiv in loops of their own (csrc/aten/ListLoop.h), in the same alternation.
+
+Each chain's line also gives the process's minor page faults per call on CPU
+and on neuron. CPU eager's fresh 4 MB+ tensors come from glibc's malloc,
+which maps blocks of that size fresh (or grows its heap again after trimming
+it), so every op of a CPU chain may pay first-touch page faults; whether it
+does depends on the heap's history, which is why CPU eager's 1M chains run
+2-3x apart in processes minutes apart. The device's caching allocator reuses
+its memory. To compare with CPU eager without them (a caching host malloc),
+rerun with glibc's trimming threshold raised and its mmap threshold at its
+largest (32 MiB; larger blocks, as at 16M, are always mapped fresh):
+
+    MALLOC_TRIM_THRESHOLD_=1000000000 MALLOC_MMAP_THRESHOLD_=33554432 \
+        python bench/bench_pointwise.py
 """
 import argparse
 import math
 import os
+import resource
 import statistics
 import time
 
@@ -72,14 +86,33 @@ def timed(fn, device, iters):
     try:
         fn()
         sync(device)
+        faults = minor_faults()
         start = time.perf_counter()
         for _ in range(iters):
             fn()
         sync(device)
-        return (time.perf_counter() - start) / iters
+        elapsed = time.perf_counter() - start
+        FAULTS.setdefault(device, []).append((minor_faults() - faults) / iters)
+        return elapsed / iters
     finally:
         torchneuron.set_fusion_enabled(True)
         torchneuron._C._set_list_loops_enabled(True)
+
+
+# Minor page faults per call, per device, since the last report (timed).
+FAULTS = {}
+
+
+def minor_faults():
+    """The process's minor page faults so far (all threads)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def malloc_settings():
+    """glibc malloc's tuning from the environment, as the run had it."""
+    tuned = [f"{k}={os.environ[k]}" for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+             if k in os.environ]
+    return " ".join(tuned) if tuned else "glibc defaults (PyTorch's CPU allocator as shipped)"
 
 
 def report(name, res, gbs, triad, same):
@@ -88,7 +121,10 @@ def report(name, res, gbs, triad, same):
     print(f"  {name:<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
           f"speed neuron / cpu {c / d:.2f}x (target >= 2; unfused {c / u:.2f}x{loops})  bandwidth cpu "
           f"{gbs(c):.1f} GB/s ({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s "
-          f"({gbs(d) / triad:.2f})  bitwise equal: {same}")
+          f"({gbs(d) / triad:.2f})  bitwise equal: {same}; minor page faults per call: cpu "
+          f"{statistics.median(FAULTS.get('cpu', [0])):.0f}, neuron "
+          f"{statistics.median(FAULTS.get('neuron', [0])):.0f}")
+    FAULTS.clear()
 
 
 def triad_gbs(n, repeats):
@@ -119,10 +155,11 @@ def main():
     args = p.parse_args()
     chosen = set(args.chains.split(","))
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}; host malloc: {malloc_settings()}")
     for size in args.sizes.split(","):
         n = parse_size(size)
         triad = triad_gbs(n, args.repeats)
+        FAULTS.clear()  # the triad's own
         print(f"{size}: STREAM-style triad on CPU {triad:.1f} GB/s")
         x_cpu = torch.randn(n // 1024, 1024, generator=torch.Generator().manual_seed(0))
         x_dev = x_cpu.to("neuron")
