@@ -38,13 +38,14 @@ largest (32 MiB; larger blocks, as at 16M, are always mapped fresh):
 import argparse
 import math
 import os
-import resource
 import statistics
 import time
 
 import torch
 
 import torchneuron
+
+from host_malloc import malloc_settings, minor_faults
 
 
 def gelu_tanh(x):
@@ -102,17 +103,6 @@ def timed(fn, device, iters):
 # Minor page faults per call, per device, since the last report (timed).
 FAULTS = {}
 
-
-def minor_faults():
-    """The process's minor page faults so far (all threads)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def malloc_settings():
-    """glibc malloc's tuning from the environment, as the run had it."""
-    tuned = [f"{k}={os.environ[k]}" for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
-             if k in os.environ]
-    return " ".join(tuned) if tuned else "glibc defaults (PyTorch's CPU allocator as shipped)"
 
 
 def report(name, res, gbs, triad, same):

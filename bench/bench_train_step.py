@@ -41,7 +41,6 @@ import contextlib
 import argparse
 import multiprocessing
 import os
-import resource
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_gpt import GPT, batches, load_corpus, make_optimizer  # noqa: E402
+from host_malloc import malloc_settings, minor_faults  # noqa: E402
 
 
 AMP = {"none": None, "bf16": torch.bfloat16}
@@ -137,10 +137,6 @@ def train(device, opt, sched, loss_at, steps, warmup, amp=None):
         ISSUE.append((statistics.median(issue) * 1e3, statistics.median(wait) * 1e3))
     return statistics.median(times) * 1e3, losses
 
-
-def minor_faults():
-    """The process's minor page faults so far (all threads)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 HOLD_US = 200_000
@@ -255,12 +251,6 @@ def report(what, res, runs, args):
           f"held) and waits {wait:.2f} ms for the device; minor page faults per step: "
           f"cpu {faults['cpu']:.0f}, neuron {faults['neuron']:.0f}")
 
-
-def malloc_settings():
-    """glibc malloc's tuning from the environment, as the run had it."""
-    tuned = [f"{k}={os.environ[k]}" for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
-             if k in os.environ]
-    return " ".join(tuned) if tuned else "glibc defaults (PyTorch's CPU allocator as shipped)"
 
 
 def _spin():
