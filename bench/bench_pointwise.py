@@ -104,7 +104,6 @@ def timed(fn, device, iters):
 FAULTS = {}
 
 
-
 def report(name, res, gbs, triad, same):
     c, d, u = (statistics.median(res[k]) for k in ("cpu", "neuron", "unfused"))
     loops = f", no list loops {c / statistics.median(res['no loops']):.2f}x" if "no loops" in res else ""
