@@ -127,6 +127,7 @@ void launchWork(const NeuronStream& stream, const WorkDesc& work, F&& fn) {
   desc.writes = work.writes.data();
   desc.numWrites = work.writes.size();
   desc.fuser = work.fuser;
+  desc.nameLasts = 1;  // work.name lives as long as the process (above)
   const nrtStatus st = nrtLaunchWork(stream.handle(), &desc, &detail::runClosure<Fn>, &heap,
                                      sizeof(heap), nullptr);
   if (st != NRT_SUCCESS && st != NRT_ERROR_KERNEL_FAILED) {

@@ -113,7 +113,7 @@ KernelErrorPtr runKernel(Task& t, nrtStream_t stream) {
     activity::finish(t.record, start, activity::nowNs(), st);
     t.record = nullptr;
   }
-  return st == NRT_SUCCESS ? nullptr : failureOf(t.name, st, scope.ctx);
+  return st == NRT_SUCCESS ? nullptr : failureOf(t.nameOf(), st, scope.ctx);
 }
 
 KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t* ran) {
@@ -159,7 +159,7 @@ KernelErrorPtr runFusible(Task* tasks, size_t avail, nrtStream_t stream, size_t*
     tasks[k].record = nullptr;
   }
   if (st == NRT_SUCCESS) return nullptr;
-  return failureOf(tasks[failed].name, st, ctx,
+  return failureOf(tasks[failed].nameOf(), st, ctx,
                    " (in a fused pass of " + std::to_string(done) + " items)");
 }
 

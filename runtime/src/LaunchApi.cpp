@@ -34,9 +34,10 @@ nrtStatus nrtLaunchWork(nrtStream_t stream, const nrtWorkDesc* desc, nrtKernelFn
   t.kind = Task::kKernel;
   t.fn = fn;
   t.fuser = desc->fuser;
-  t.setName(desc->name);
   if (!t.setArgs(args, argsSize))
     return failf(NRT_ERROR_INTERNAL, "no host memory for %zu bytes of kernel arguments", argsSize);
+  if (!t.setName(desc->name, desc->nameLasts != 0))  // after the arguments (Task.h)
+    return fail(NRT_ERROR_INTERNAL, "no host memory for the work item's name");
   t.workId = activity::nextWorkId();
   t.record = activity::begin(*desc, t.workId, stream, s->device);
   if (workId) *workId = t.workId;

@@ -70,6 +70,7 @@ nrtWorkDesc copyWork(int dstDev, int srcDev, const nrtBufferRange* read,
                      const nrtBufferRange* write) {
   nrtWorkDesc desc{};
   desc.name = copyName(dstDev, srcDev);
+  desc.nameLasts = 1;
   desc.kind = nrtWorkCopy;
   desc.bytes = read->bytes;
   desc.reads = read;
@@ -281,6 +282,7 @@ nrtStatus nrtMemsetAsync(void* ptr, int value, size_t count, nrtStream_t stream)
   const nrtBufferRange write{ptr, count};
   nrtWorkDesc desc{};
   desc.name = "Memset (Device)";
+  desc.nameLasts = 1;
   desc.kind = nrtWorkMemset;
   desc.bytes = count;
   desc.writes = &write;

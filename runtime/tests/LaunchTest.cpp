@@ -262,6 +262,48 @@ TEST(Launch, FailureIsReportedOnceWithKernelName) {
   NRT_OK(nrtStreamDestroy(s));
 }
 
+// A name the caller may reuse (nameLasts 0, as nrtLaunchKernel passes it) is
+// copied at the launch, cut at 95 characters; one that lasts is kept as given.
+TEST(Launch, NamesAreCopiedUnlessTheyLast) {
+  nrtStream_t s;
+  NRT_OK(nrtStreamCreate(&s, 0, 0));
+  SleepArgs hold{20000};  // the name changes while the item is still queued
+  NRT_OK(nrtLaunchKernel(s, "hold", sleepKernel, &hold, sizeof hold));
+  std::string name = "user::" + std::string(120, 'k');
+  nrtWorkDesc desc{};
+  desc.name = name.c_str();
+  desc.kind = nrtWorkKernel;
+  nrtStatus launched = nrtLaunchWork(s, &desc, failingKernel, nullptr, 0, nullptr);
+  name.assign(name.size(), 'x');  // the caller's buffer changes before the kernel runs
+  nrtStatus sync = nrtStreamSynchronize(s);
+  EXPECT_EQ(launchBlocking() ? launched : sync, NRT_ERROR_KERNEL_FAILED);
+  std::string msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("user::" + std::string(89, 'k')), std::string::npos) << msg;
+  EXPECT_EQ(msg.find(std::string(90, 'k')), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("xxxx"), std::string::npos) << msg;
+  // A short one goes behind the arguments, inside the task.
+  char shortName[] = "short::name";
+  SleepArgs args{1};
+  desc.name = shortName;
+  NRT_OK(nrtLaunchKernel(s, "hold", sleepKernel, &hold, sizeof hold));
+  launched = nrtLaunchWork(s, &desc, failingKernel, &args, sizeof args, nullptr);
+  std::memset(shortName, 'x', sizeof shortName - 1);
+  sync = nrtStreamSynchronize(s);
+  EXPECT_EQ(launchBlocking() ? launched : sync, NRT_ERROR_KERNEL_FAILED);
+  msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("'short::name'"), std::string::npos) << msg;
+  static const char kLasting[] = "lasting::name";
+  desc.name = kLasting;
+  desc.nameLasts = 1;
+  launched = nrtLaunchWork(s, &desc, failingKernel, nullptr, 0, nullptr);
+  sync = nrtStreamSynchronize(s);
+  EXPECT_EQ(launchBlocking() ? launched : sync, NRT_ERROR_KERNEL_FAILED);
+  msg = nrtGetLastErrorMessage();
+  EXPECT_NE(msg.find("lasting::name"), std::string::npos) << msg;
+  NRT_OK(nrtStreamSynchronize(s));
+  NRT_OK(nrtStreamDestroy(s));
+}
+
 // Every failure queued before a synchronization is reported by it, in order,
 // each by its kernel's name; an event reports those before its record only.
 TEST(Launch, EveryFailureBeforeASyncIsNamed) {

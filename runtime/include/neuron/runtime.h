@@ -383,7 +383,7 @@ typedef struct nrtBufferRange {
 #define NRT_MAX_RECORDED_BUFFERS 4 /* per direction, in activity records */
 
 typedef struct nrtWorkDesc {
-  const char* name;        /* what the work is, e.g. "aten::add.out"; copied */
+  const char* name;        /* what the work is, e.g. "aten::add.out"; copied unless nameLasts */
   nrtWorkKind kind;
   uint64_t correlationId;  /* 0: the calling thread's (nrtPushCorrelationId) */
   uint64_t bytes;          /* bytes read + written (copies, memsets); 0: unknown */
@@ -392,6 +392,8 @@ typedef struct nrtWorkDesc {
   const nrtBufferRange* writes; /* may be NULL when numWrites is 0 */
   size_t numWrites;
   struct nrtFuser* fuser;  /* NULL: the item always runs alone (see Fusion) */
+  int nameLasts;           /* nonzero: name stays valid while the process runs (a
+                              literal, an interned name): kept, not copied */
 } nrtWorkDesc;
 
 /* As nrtLaunchKernel, with the work item's identity. *workId (if not NULL)
