@@ -165,13 +165,20 @@ def test_a_freed_small_block_is_reused_only_on_its_stream():
     assert y.data_ptr() != ptr
     z = torch.empty(1000, device="neuron")
     assert z.data_ptr() == ptr  # stream order makes reuse safe
-    # With another stream's use recorded, the block waits for that stream.
+
+
+@requires_async
+def test_a_small_block_used_by_another_stream_waits_for_it():
+    # A free with another stream's use recorded goes past the reuse bins.
+    side = torch.neuron.Stream()
+    z = torch.empty(1000, device="neuron")
+    ptr = z.data_ptr()
     with torch.neuron.stream(side):
-        torch.neuron._sleep(200_000)
+        torch.neuron._sleep(200_000)  # side stays busy for 0.2 s
     z.record_stream(side)
     del z
     w = torch.empty(1000, device="neuron")
-    assert w.data_ptr() != ptr
+    assert w.data_ptr() != ptr  # side may still be using it
     side.synchronize()
 
 
