@@ -138,7 +138,6 @@ def train(device, opt, sched, loss_at, steps, warmup, amp=None):
     return statistics.median(times) * 1e3, losses
 
 
-
 HOLD_US = 200_000
 
 
@@ -250,7 +249,6 @@ def report(what, res, runs, args):
           f"on neuron the host issues a step in {issue:.2f} ms ({held:.2f} ms with the device "
           f"held) and waits {wait:.2f} ms for the device; minor page faults per step: "
           f"cpu {faults['cpu']:.0f}, neuron {faults['neuron']:.0f}")
-
 
 
 def _spin():

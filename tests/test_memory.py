@@ -11,8 +11,8 @@ from conftest import requires_async
 MiB = 1 << 20
 
 
-def _stats():
-    return torch.neuron.memory_stats()
+def _stats(device=None):
+    return torch.neuron.memory_stats(device)
 
 
 def test_stats_have_cuda_keys():
@@ -187,19 +187,15 @@ def test_binned_small_blocks_merge_before_a_new_segment(two_devices):
     # a 1 MiB request must get them merged back, not a new segment.
     dev = "neuron:1"
     torch.neuron.empty_cache()
-    segments = _stats_of(1)["segment.all.current"]
+    segments = _stats(1)["segment.all.current"]
     blocks = [torch.empty(256 * 1024, dtype=torch.uint8, device=dev) for _ in range(8)]
-    assert _stats_of(1)["segment.all.current"] == segments + 1
+    assert _stats(1)["segment.all.current"] == segments + 1
     del blocks  # binned (the stats call above flushed nothing: they were live)
     big = torch.empty(MiB, dtype=torch.uint8, device=dev)
-    assert _stats_of(1)["segment.all.current"] == segments + 1
+    assert _stats(1)["segment.all.current"] == segments + 1
     del big
     torch.neuron.empty_cache()
-    assert _stats_of(1)["segment.all.current"] == segments
-
-
-def _stats_of(device):
-    return torch.neuron.memory_stats(device)
+    assert _stats(1)["segment.all.current"] == segments
 
 
 def test_stats_are_per_device(two_devices):

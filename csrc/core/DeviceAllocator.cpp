@@ -430,18 +430,22 @@ class DeviceCache {
   // free neighbours.
   // context: the stack of the free, when history records it.
   void freeBlock(Block* block, std::shared_ptr<c10::GatheredContext> context) {
-    StatTypes types = statTypes(*block->pool);
-    const size_t original_size = block->size;
     if (trace_.recording()) {
       trace_.record(TraceEntry::kFreeCompleted, addr(block->ptr), block->requested, block->stream,
                     std::move(context));
     }
+    deactivate(block);
+    returnToPool(block);
+  }
+
+  // A freed block's use ends: its stack and request go, and it no longer
+  // counts as active (before any merge changes its size).
+  void deactivate(Block* block) {
     block->context.reset();
     block->requested = 0;
-    returnToPool(block);
-    forEach(types, [&](size_t t) {
+    forEach(statTypes(*block->pool), [&](size_t t) {
       stats_.active[t].decrease(1);
-      stats_.active_bytes[t].decrease(original_size);
+      stats_.active_bytes[t].decrease(block->size);
     });
   }
 
@@ -489,12 +493,7 @@ class DeviceCache {
   // caller frees it the usual way.
   bool binBlock(Block* block) {
     if (trace_.recording() || !bins_.put(block)) return false;
-    block->context.reset();
-    block->requested = 0;
-    forEach(statTypes(*block->pool), [&](size_t t) {
-      stats_.active[t].decrease(1);
-      stats_.active_bytes[t].decrease(block->size);
-    });
+    deactivate(block);
     return true;
   }
 
