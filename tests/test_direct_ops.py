@@ -1,5 +1,5 @@
-"""The direct paths of add, sub, mul, div, relu, sum, mm, addmm, fill_, zero_
-and common unary ops (csrc/aten/DirectOp.h).
+"""The direct paths of add, sub, mul, div, relu, sum, mean, mm, addmm, fill_,
+zero_ and common unary ops (csrc/aten/DirectOp.h).
 
 Each hot op checks its arguments on the host and queues CPU's kernel over
 device memory, skipping the generic path's boxing, keys and Meta pass. The
@@ -317,6 +317,19 @@ def test_sum_matches_cpu(dtype, dim, keepdim):
                  x.sum(dim, keepdim=keepdim, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim,keepdim", [
+    (None, False), ((), True), (0, False), (-1, True), ((1, 2), False), ((-1, -2, 0), True)])
+def test_mean_matches_cpu(dtype, dim, keepdim):
+    # Contiguous float and double inputs reduced over trailing dims take the
+    # row kernel (test_row_sums.py); the rest the generic path.
+    for x, nx in layouts((6, 5, 33), dtype):
+        if dim is None:
+            same(nx.mean(), x.mean())
+        else:
+            same(nx.mean(dim, keepdim=keepdim), x.mean(dim, keepdim=keepdim))
+
+
 def test_sum_of_integers_and_to_another_dtype_matches_cpu():
     x = torch.arange(24, dtype=torch.int32).reshape(4, 6)
     same(on(x).sum(), x.sum())
@@ -395,7 +408,8 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
     torchneuron.clear_op_tracking()
     try:
         torch.neuron._sleep(300_000)
-        y = [torch.relu(nx), nx.sum(), nx.sum(1, keepdim=True), torch.mm(nm, nm),
+        y = [torch.relu(nx), nx.sum(), nx.sum(1, keepdim=True), nx.mean(),
+             nx.mean(-1, keepdim=True), torch.mm(nm, nm),
              F.linear(nx, nw, nb), nx + nx, nx - 1, nx * nx, nx / 3,
              torch.empty_like(nx).fill_(2.5), torch.empty_like(nx).zero_(),
              *[getattr(torch, op)(nx) for op in UNARY], F.silu(nx)]
@@ -408,7 +422,8 @@ def test_direct_ops_queue_even_with_the_generic_path_synchronous():
         assert all(p["fallback"] == 0 and p["inline"] == 0 for p in paths.values()), paths
     finally:
         torchneuron._C._set_async_path(True)
-    want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), torch.mm(m, m), F.linear(x, w, b),
+    want = [torch.relu(x), x.sum(), x.sum(1, keepdim=True), x.mean(), x.mean(-1, keepdim=True),
+            torch.mm(m, m), F.linear(x, w, b),
             x + x, x - 1, x * x, x / 3, torch.full_like(x, 2.5), torch.zeros_like(x),
             *[getattr(torch, op)(x) for op in UNARY], F.silu(x)]
     for got, ref in zip(y, want):

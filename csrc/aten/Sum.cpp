@@ -1,8 +1,16 @@
-// The direct path of sum over dims (sum.dim_IntList, which a.sum() also
-// calls) for floating tensors (DirectOp.h). The queued kernel is CPU's
-// sum.out with the contiguous output CPU's functional sum allocates.
+// The direct paths of sum and mean over dims (sum.dim_IntList and
+// mean.dim, which a.sum() and a.mean() also call) for floating tensors
+// (DirectOp.h).
+//
+// A float or double tensor that is contiguous, reduced over trailing dims,
+// is a set of rows: the queued kernel sums them in ATen's order (RowSum.h),
+// and mean divides each stored sum by the count, as ATen's CPU mean does.
+// Other sums queue CPU's sum.out with the contiguous output CPU's functional
+// sum allocates; other means take the generic path.
 #include "aten/DirectOp.h"
+#include "aten/RowSum.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/sum_cpu_dispatch.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -12,52 +20,120 @@
 namespace torchneuron {
 namespace {
 
-// The result's shape, or nothing when the dims are not plainly valid (out
-// of range, repeated): the generic path then raises CPU's error.
-std::optional<at::DimVector> reducedShape(const at::Tensor& self, at::OptionalIntArrayRef dim,
-                                          bool keepdim) {
+struct Reduction {
+  at::DimVector shape;      // the result's
+  std::bitset<64> reduced;  // the dims reduced
+};
+
+// The result of reducing `dim`, or nothing when the dims are not plainly
+// valid (out of range, repeated): the generic path then raises CPU's error.
+std::optional<Reduction> reductionOf(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                     bool keepdim) {
   const int64_t ndim = self.dim();
-  std::bitset<64> reduced;
+  Reduction r;
   if (!dim.has_value() || dim->empty()) {
-    reduced.set();  // all dims
+    r.reduced.set();  // all dims
   } else {
     for (int64_t d : *dim) {
       if (d < -ndim || d >= ndim) return std::nullopt;
       const int64_t w = d < 0 ? d + ndim : d;
-      if (reduced.test(w)) return std::nullopt;
-      reduced.set(w);
+      if (r.reduced.test(w)) return std::nullopt;
+      r.reduced.set(w);
     }
   }
-  at::DimVector shape;
   for (int64_t d = 0; d < ndim; ++d) {
-    if (!reduced.test(d)) shape.push_back(self.size(d));
-    else if (keepdim) shape.push_back(1);
+    if (!r.reduced.test(d)) r.shape.push_back(self.size(d));
+    else if (keepdim) r.shape.push_back(1);
   }
-  return shape;
+  return r;
+}
+
+// Floating inputs keep their dtype; integer ones promote (generic path).
+bool directEligible(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  return isNeuron(self) && plainOn(self, self.device()) && floatingDtype(self.scalar_type()) &&
+         self.dim() > 0 && self.dim() <= 64 && self.numel() > 0 &&
+         (!dtype.has_value() || *dtype == self.scalar_type());
+}
+
+// ATen splits one row between threads from this many elements on.
+constexpr int64_t kGrainSize = 32768;
+
+// The rows of a reduction RowSum.h can take: a float or double contiguous
+// tensor whose reduced dims come after every kept dim of more than one
+// element, with rows of at least two elements (ATen reduces a single
+// element along another path) and several rows or one short enough that
+// ATen sums it on one thread.
+struct Rows {
+  int64_t count = 0, len = 0;
+  int lanes = 0;
+};
+std::optional<Rows> rowsOf(const at::Tensor& self, const Reduction& r) {
+  const auto type = self.scalar_type();
+  if ((type != at::kFloat && type != at::kDouble) || !self.is_contiguous() || !rowSumsEnabled())
+    return std::nullopt;
+  Rows rows;
+  rows.len = 1;
+  bool inRows = false;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (r.reduced.test(d)) {
+      inRows = true;
+      rows.len *= self.size(d);
+    } else if (inRows && self.size(d) != 1) {
+      return std::nullopt;
+    }
+  }
+  rows.count = self.numel() / rows.len;
+  if (rows.len < 2 || (rows.count == 1 && rows.len >= kGrainSize)) return std::nullopt;
+  rows.lanes = type == at::kFloat ? rowSumLanesFloat() : rowSumLanesDouble();
+  if (rows.lanes == 0) return std::nullopt;
+  return rows;
+}
+
+// Queues the row kernel: out = the row sums of self, each divided by
+// `divisor` unless it is 1. Rows are split between the device's threads
+// in runs of at least a grain of elements; a row's sum does not depend on
+// the split.
+void launchRows(const char* name, const at::Tensor& out, const at::Tensor& self, Rows rows,
+                bool mean) {
+  launchDirect(name, out, {&self},
+               [in = const_cast<void*>(self.const_data_ptr()), o = out.mutable_data_ptr(),
+                type = self.scalar_type(), rows, mean] {
+                 const int64_t grain = std::max<int64_t>(1, kGrainSize / rows.len);
+                 at::parallel_for(0, rows.count, grain, [&](int64_t begin, int64_t end) {
+                   if (type == at::kFloat) {
+                     rowSums(static_cast<const float*>(in), static_cast<float*>(o), rows.len,
+                             begin, end, rows.lanes,
+                             mean ? static_cast<float>(rows.len) : 1.0f);
+                   } else {
+                     rowSums(static_cast<const double*>(in), static_cast<double*>(o), rows.len,
+                             begin, end, rows.lanes,
+                             mean ? static_cast<double>(rows.len) : 1.0);
+                   }
+                 });
+               });
 }
 
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                    std::optional<at::ScalarType> dtype) {
   NEURON_DIRECT_OP("aten::sum.dim_IntList");
-  // Floating inputs keep their dtype; integer ones promote (generic path).
-  const bool eligible = isNeuron(self) && plainOn(self, self.device()) &&
-                        floatingDtype(self.scalar_type()) && self.dim() > 0 &&
-                        self.dim() <= 64 && self.numel() > 0 &&
-                        (!dtype.has_value() || *dtype == self.scalar_type());
-  if (eligible) {
-    if (auto shape = reducedShape(self, dim, keepdim)) {
+  if (directEligible(self, dtype)) {
+    if (auto r = reductionOf(self, dim, keepdim)) {
       OnDevice onDevice(self.device());
-      at::Tensor out = emptyDevice(*shape, self.scalar_type());
-      std::optional<at::DimVector> dims;
-      if (dim.has_value()) dims = at::DimVector(*dim);
-      launchDirect(kName, out, {&self},
-                   [o = Operand::of(out, /*written=*/true), in = Operand::of(self),
-                    dims = std::move(dims), keepdim] {
-                     at::Tensor result = o.cpu();
-                     at::OptionalIntArrayRef d;
-                     if (dims.has_value()) d = at::IntArrayRef(*dims);
-                     at::cpu::sum_out(result, in.cpu(), d, keepdim, std::nullopt);
-                   });
+      at::Tensor out = emptyDevice(r->shape, self.scalar_type());
+      if (auto rows = rowsOf(self, *r)) {
+        launchRows(kName, out, self, *rows, /*mean=*/false);
+      } else {
+        std::optional<at::DimVector> dims;
+        if (dim.has_value()) dims = at::DimVector(*dim);
+        launchDirect(kName, out, {&self},
+                     [o = Operand::of(out, /*written=*/true), in = Operand::of(self),
+                      dims = std::move(dims), keepdim] {
+                       at::Tensor result = o.cpu();
+                       at::OptionalIntArrayRef d;
+                       if (dims.has_value()) d = at::IntArrayRef(*dims);
+                       at::cpu::sum_out(result, in.cpu(), d, keepdim, std::nullopt);
+                     });
+      }
       recordOp(counters, OpPath::Async);
       return out;
     }
@@ -68,8 +144,31 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
   return viaGeneric(op, std::move(stack));
 }
 
+at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                    std::optional<at::ScalarType> dtype) {
+  NEURON_DIRECT_OP("aten::mean.dim");
+  if (directEligible(self, dtype)) {
+    if (auto r = reductionOf(self, dim, keepdim)) {
+      if (auto rows = rowsOf(self, *r)) {
+        OnDevice onDevice(self.device());
+        at::Tensor out = emptyDevice(r->shape, self.scalar_type());
+        launchRows(kName, out, self, *rows, /*mean=*/true);
+        recordOp(counters, OpPath::Async);
+        return out;
+      }
+    }
+  }
+  static const auto& op = genericOp("aten::mean", "dim");
+  torch::jit::Stack stack{self, dim.has_value() ? c10::IValue(dim->vec()) : c10::IValue(),
+                          keepdim, dtype.has_value() ? c10::IValue(*dtype) : c10::IValue()};
+  return viaGeneric(op, std::move(stack));
+}
+
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("sum.dim_IntList", TORCH_FN(sum_dim)); }
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sum.dim_IntList", TORCH_FN(sum_dim));
+  m.impl("mean.dim", TORCH_FN(mean_dim));
+}
 
 }  // namespace torchneuron

@@ -11,6 +11,7 @@
 #include "core/KernelWarnings.h"
 #include "aten/Common.h"
 #include "aten/OpTracking.h"
+#include "aten/RowSum.h"
 
 namespace torchneuron {
 int64_t freshOutputCopies();
@@ -268,6 +269,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_list_loops_enabled", [] { return listLoopsEnabled(); });
   m.def("_set_list_loops_enabled", [](bool on) { setListLoopsEnabled(on); });
   m.def("_set_sqrt_loops_enabled", [](bool on) { setSqrtLoopsEnabled(on); });
+  m.def("_row_sum_lanes", [] { return py::make_tuple(rowSumLanesFloat(), rowSumLanesDouble()); });
+  m.def("_set_row_sums_enabled", [](bool on) { setRowSumsEnabled(on); });
   m.def("_set_allocator_reuse_bins", [](bool on) { setAllocatorReuseBins(on); });
   m.def("_fusion_stats", [] {
     const FusionStats st = fusionStats();
