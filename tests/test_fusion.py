@@ -247,6 +247,101 @@ def test_random_chains_fused_unfused_and_cpu_are_bitwise_equal(fusion_on, dtype)
         assert repeat_steps > 0, "no broadcast ran as a repeat step"
 
 
+# ---------------------------------------------------------------------------
+# Row reductions in passes (Fusion.h): sum and mean over the rows of a
+# contiguous tensor join a pass whose threads' chunks are whole rows, and ops
+# after them read their results per row in the same blocks.
+
+def layer_norm_rows(x):
+    mean = x.mean(-1, keepdim=True)
+    centered = x - mean
+    var = (centered * centered).mean(-1, keepdim=True)
+    return centered * torch.rsqrt(var + 1e-5)
+
+
+def rms_norm_rows(x):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+
+
+def normalized_exp(x):
+    e = torch.exp(x - 1.0)
+    return e / e.sum(-1, keepdim=True), e.sum(-1)
+
+
+def centered_twice(x):
+    m = x.mean(-1, keepdim=True)
+    return x - m, (x - m) * (x - m), m
+
+
+def rows_stay_whole(rows, length):
+    """Whether the device's split of rows * length elements among its
+    threads (at::parallel_for over GRAIN_SIZE) cuts no row."""
+    n = rows * length
+    threads = min(torch.get_num_threads(), -(-n // 32768))
+    return (-(-n // threads)) % length == 0 and (512 * length // math.gcd(512, length)) <= 65536
+
+
+@requires_async
+@pytest.mark.parametrize("chain", [layer_norm_rows, rms_norm_rows, normalized_exp, centered_twice])
+@pytest.mark.parametrize("rows,length", [(64, 1024), (1024, 768), (128, 48), (63, 1024),
+                                         (9, 1000)])
+def test_row_reductions_fuse_with_their_rows_and_keep_cpus_bits(fusion_on, chain, rows, length):
+    x = torch.randn(rows, length, generator=torch.Generator().manual_seed(rows + length))
+    ref = chain(x)
+    ref = list(ref) if isinstance(ref, tuple) else [ref]
+    unfused = run_neuron(chain, [x], fused=False)
+    fused = run_neuron(chain, [x], fused=True, counted=True)
+    stats = torchneuron.get_fusion_stats()
+    assert_bitwise(fused, ref)
+    assert_bitwise(unfused, ref)
+    row_ops = stats["by_op"].get("aten::mean.dim", 0) + stats["by_op"].get(
+        "aten::sum.dim_IntList", 0)
+    if rows_stay_whole(rows, length) and torchneuron._C._list_loops_available():
+        # The first statistic and the ops reading it per row share a pass.
+        assert row_ops >= 1 and stats["broadcast_loop_ops"] >= 1, stats
+        if chain is layer_norm_rows:
+            assert row_ops == 2, stats  # both statistics
+    elif not rows_stay_whole(rows, length):
+        assert row_ops == 0, stats
+
+
+@requires_async
+def test_row_reductions_in_passes_respect_writes_to_their_results(fusion_on):
+    # What a pass writes may not be a row op's input unless it is the very
+    # range the row op reads; a per-row value another op of the pass writes
+    # (not the row op that computes it) may not be read per row in it.
+    x = torch.randn(64, 1024, generator=torch.Generator().manual_seed(3))
+
+    def program(x):
+        m = x.mean(-1, keepdim=True)
+        y = x - m
+        ym = y.mean(-1, keepdim=True)          # a row op over what the pass wrote
+        big = x.new_zeros(64 * 1024 + 64)
+        stats = big[:64].view(64, 1)
+        z = y * 2.0
+        stats.copy_(z.sum(-1, keepdim=True))   # a per-row value written by a copy
+        u = x - stats                          # ... read per row: not in the copy's pass
+        w = big[64:].view(64, 1024).add_(z)    # a full-size write beside it
+        return [m, y, ym, z, u, w, big]
+
+    ref = program(x)
+    fused = run_neuron(program, [x], fused=True)
+    unfused = run_neuron(program, [x], fused=False)
+    assert_bitwise(fused, ref)
+    assert_bitwise(unfused, ref)
+
+    # Per-row values at the end of memory an earlier op of the pass writes
+    # in full: its last block writes them after the first block would read.
+    x = torch.randn(256, 1024, generator=torch.Generator().manual_seed(4))
+
+    def late_rows(x):
+        big = x * 1.0
+        big.add_(x)
+        return [big, x - big.view(-1)[-256:].view(256, 1)]
+
+    assert_bitwise(run_neuron(late_rows, [x], fused=True), late_rows(x))
+
+
 def _optimizer_steps(make_opt, sizes, steps=3):
     torch.manual_seed(0)
     params = [torch.nn.Parameter(torch.randn(n)) for n in sizes]

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <iterator>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -88,9 +89,41 @@ bool apart(c10::ArrayRef<nrtBufferRange> a, c10::ArrayRef<nrtBufferRange> b) {
   return true;
 }
 
+// Elements per block of a pass with row ops of `rowLength` elements: whole
+// rows and whole vector pairs (kBlock's), as many as fit a block; 0 when a
+// block cannot hold one such run.
+int64_t rowBlock(int64_t rowLength) {
+  const int64_t unit = std::lcm(rowLength, int64_t(512));
+  return unit <= kBlock ? kBlock / unit * unit : 0;
+}
+
+// Whether a pass over `numel` elements with row ops of `rowLength` elements
+// keeps rows whole: each thread's chunk (at::parallel_for's split over
+// GRAIN_SIZE, with the executing thread's count: applyComputeThreads came
+// first) is whole rows, and so are its blocks.
+bool rowsStayWhole(int64_t numel, int64_t rowLength) {
+  if (rowBlock(rowLength) == 0) return false;
+  const int64_t grain = at::internal::GRAIN_SIZE;
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), (numel + grain - 1) / grain);
+  const int64_t chunk = (numel + threads - 1) / threads;
+  return chunk % rowLength == 0;
+}
+
+// The row length of a pass's row ops (0: it has none).
+int64_t rowLengthOf(c10::ArrayRef<FusibleOp*> ops) {
+  for (const FusibleOp* op : ops)
+    if (op->rowLength != 0) return op->rowLength;
+  return 0;
+}
+
 // Whether `next` may join a pass holding `ops`.
 bool joins(c10::ArrayRef<FusibleOp*> ops, const FusibleOp& next) {
   if (next.listLength != 0 || next.numel != ops[0]->numel) return false;
+  // A pass with row ops, of one length, keeps their rows whole.
+  const int64_t have = rowLengthOf(ops);
+  const int64_t rowLength = have != 0 ? have : next.rowLength;
+  if (next.rowLength != 0 && next.rowLength != rowLength) return false;
+  if (rowLength != 0 && !rowsStayWhole(next.numel, rowLength)) return false;
   for (const FusibleOp* op : ops) {
     if (!clear(next.reads, op->writes) || !clear(next.writes, op->writes) ||
         !clear(next.writes, op->reads) || !apart(next.acrossReads, op->writes) ||
@@ -141,12 +174,12 @@ struct Failure {
 
 // Every op of the pass on elements [begin, end), block by block; stops at a
 // failure (its own or another thread's).
-// (`first`: the pass's index of ops[0].)
+// (`first`: the pass's index of ops[0]; `block`: elements per block.)
 void runChunk(c10::ArrayRef<FusibleOp*> ops, int64_t begin, int64_t end, Failure& failure,
-              size_t first = 0) {
-  for (int64_t lo = begin; lo < end; lo += kBlock) {
+              size_t first = 0, int64_t block = kBlock) {
+  for (int64_t lo = begin; lo < end; lo += block) {
     if (failure.any.load(std::memory_order_relaxed)) return;
-    const int64_t hi = std::min(end, lo + kBlock);
+    const int64_t hi = std::min(end, lo + block);
     for (size_t k = 0; k < ops.size(); ++k)
       if (!failure.attempt(first + k, [&] { ops[k]->runRange(lo, hi); })) return;
   }
@@ -401,6 +434,7 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
     // functional foreach): each runs whole on one thread, as it does unfused
     // (under GRAIN_SIZE elements its kernel does not split), and the threads
     // share the ops. Else a chain over the same elements, split as one op.
+    applyComputeThreads();  // the count joins() splits rows by
     spread = ops[0]->numel <= at::internal::GRAIN_SIZE;
     while (spread && ops.size() < count && independent(ops, *opAt(ops.size())))
       ops.push_back(opAt(ops.size()));
@@ -428,9 +462,13 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
         for (int64_t k = begin; k < end; ++k) runChunk({ops[k]}, 0, ops[k]->numel, failure, k);
       });
     } else {
-      // The op's own split: one chunk per thread, as its kernel makes them.
-      at::parallel_for(0, ops[0]->numel, at::internal::GRAIN_SIZE,
-                       [&](int64_t begin, int64_t end) { runChunk(ops, begin, end, failure); });
+      // The op's own split: one chunk per thread, as its kernel makes them
+      // (and whole rows for row ops: joins).
+      const int64_t rowLength = rowLengthOf(ops);
+      const int64_t block = rowLength != 0 ? rowBlock(rowLength) : kBlock;
+      at::parallel_for(0, ops[0]->numel, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+        runChunk(ops, begin, end, failure, 0, block);
+      });
     }
     setInQueuedWork(outer);
   }

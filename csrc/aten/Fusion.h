@@ -29,6 +29,17 @@
 // then element i for both), and a broadcast operand not at all. Anything
 // else ends the pass.
 //
+// Row reductions fuse too: sum and mean over the rows of a contiguous tensor
+// (RowSum.h; their sums do not depend on where rows are split) when every
+// thread's chunk of the pass is whole rows. The pass's blocks are then whole
+// rows as well (and still whole vector pairs), so an op after a row op may
+// read its result per row (x - mean[..., None], a repeat step that lists a
+// value per row among its plain reads, not its acrossReads): the rows of a
+// block are summed before the block's later ops run. Nothing else in a pass
+// can write that range whole (its other ops write all the pass's elements),
+// so the same-range rule above admits exactly this. A LayerNorm's mean,
+// x - mean, its square and their mean then make one pass over memory.
+//
 // TORCHNEURON_FUSION=0 (or torchneuron.neuron.set_fusion_enabled(False))
 // queues every op unfused.
 #pragma once
@@ -63,6 +74,11 @@ class FusibleOp {
   // Of `reads`, those read at elements other than the one computed (a
   // broadcast operand): nothing the pass writes may touch them at all.
   c10::SmallVector<nrtBufferRange, 1> acrossReads;
+
+  // Row ops (reductions): a row op computes value r of its output (its one
+  // write) from elements [r * rowLength, (r + 1) * rowLength) of its input
+  // (a read), and runs on ranges of whole rows. 0: not a row op.
+  int64_t rowLength = 0;
 
   // A foreach op instead: the length of its lists (0 for an elementwise op),
   // whether every tensor is under GRAIN_SIZE elements (its op then runs on

@@ -217,7 +217,7 @@ void runRepeatRange(const RepeatStep& s, int64_t begin, int64_t end) {
 
 // A repeat step, for a fusion pass: its repeated operand is read across
 // blocks, so enqueue lists it in acrossReads (nothing the pass writes may
-// overlap it, Fusion.h).
+// overlap it, Fusion.h), unless it is a value per row.
 struct RepeatOp final : FusibleOp {
   RepeatStep step;
   void run() override { runRange(0, numel); }
@@ -300,7 +300,9 @@ void enqueue(Kind kind, const char* name, const at::Tensor& out, const at::Tenso
       op->step = repeat;
       op->numel = out.numel();
       const at::Tensor& r = repeat.repeatSelf ? a : b;
-      op->acrossReads.push_back({r.const_data_ptr(), r.nbytes()});
+      // A value per row (x - mean[..., None]) is a plain read: it may follow
+      // the row op that computes it in a pass (Fusion.h).
+      if (repeat.inner != 1) op->acrossReads.push_back({r.const_data_ptr(), r.nbytes()});
       launchFusible(stream, describeDirect(name, out, {&a, &b}), std::move(op));
       return;
     }

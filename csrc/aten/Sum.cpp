@@ -8,6 +8,7 @@
 // Other sums queue CPU's sum.out with the contiguous output CPU's functional
 // sum allocates; other means take the generic path.
 #include "aten/DirectOp.h"
+#include "aten/Fusion.h"
 #include "aten/RowSum.h"
 
 #include <ATen/Parallel.h>
@@ -89,28 +90,62 @@ std::optional<Rows> rowsOf(const at::Tensor& self, const Reduction& r) {
   return rows;
 }
 
-// Queues the row kernel: out = the row sums of self, each divided by
-// `divisor` unless it is 1. Rows are split between the device's threads
-// in runs of at least a grain of elements; a row's sum does not depend on
-// the split.
+// The row kernel of one reduction: out = the row sums of `in`, each divided
+// by the row length for a mean.
+struct RowKernel {
+  const void* in;
+  void* out;
+  at::ScalarType type;
+  Rows rows;
+  bool mean;
+
+  // Rows [begin, end), on this thread.
+  void range(int64_t begin, int64_t end) const {
+    if (type == at::kFloat) {
+      rowSums(static_cast<const float*>(in), static_cast<float*>(out), rows.len, begin, end,
+              rows.lanes, mean ? static_cast<float>(rows.len) : 1.0f);
+    } else {
+      rowSums(static_cast<const double*>(in), static_cast<double*>(out), rows.len, begin, end,
+              rows.lanes, mean ? static_cast<double>(rows.len) : 1.0);
+    }
+  }
+  // Every row, split between the device's threads in runs of at least a
+  // grain of elements; a row's sum does not depend on the split.
+  void all() const {
+    const int64_t grain = std::max<int64_t>(1, kGrainSize / rows.len);
+    at::parallel_for(0, rows.count, grain, [&](int64_t begin, int64_t end) { range(begin, end); });
+  }
+};
+
+// The reduction as a fusion pass's row op (Fusion.h): its elements are its
+// input's, and a pass hands it whole rows.
+struct RowOp final : FusibleOp {
+  RowKernel kernel;
+  void run() override { kernel.all(); }
+  void runRange(int64_t begin, int64_t end) override {
+    const int64_t len = kernel.rows.len;
+    TORCH_CHECK(begin % len == 0 && end % len == 0, name, ": a fusion pass split a row (elements ",
+                begin, " to ", end, ", rows of ", len, ")");
+    kernel.range(begin / len, end / len);
+  }
+};
+
+// Queues the row kernel: as a fusible row op where fusion may pair it with
+// the ops around it (a LayerNorm's statistics), else alone.
 void launchRows(const char* name, const at::Tensor& out, const at::Tensor& self, Rows rows,
                 bool mean) {
-  launchDirect(name, out, {&self},
-               [in = const_cast<void*>(self.const_data_ptr()), o = out.mutable_data_ptr(),
-                type = self.scalar_type(), rows, mean] {
-                 const int64_t grain = std::max<int64_t>(1, kGrainSize / rows.len);
-                 at::parallel_for(0, rows.count, grain, [&](int64_t begin, int64_t end) {
-                   if (type == at::kFloat) {
-                     rowSums(static_cast<const float*>(in), static_cast<float*>(o), rows.len,
-                             begin, end, rows.lanes,
-                             mean ? static_cast<float>(rows.len) : 1.0f);
-                   } else {
-                     rowSums(static_cast<const double*>(in), static_cast<double*>(o), rows.len,
-                             begin, end, rows.lanes,
-                             mean ? static_cast<double>(rows.len) : 1.0);
-                   }
-                 });
-               });
+  const RowKernel kernel{self.const_data_ptr(), out.mutable_data_ptr(), self.scalar_type(), rows,
+                         mean};
+  if (self.numel() >= kMinFusibleElements && fusionEnabled()) {
+    auto op = std::make_unique<RowOp>();
+    op->kernel = kernel;
+    op->numel = self.numel();
+    op->rowLength = rows.len;
+    launchFusible(getCurrentStream(out.device().index()), describeDirect(name, out, {&self}),
+                  std::move(op));
+    return;
+  }
+  launchDirect(name, out, {&self}, [kernel] { kernel.all(); });
 }
 
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
