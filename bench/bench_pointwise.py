@@ -21,6 +21,10 @@ A/B of what fusion gives (for AdamW it also keeps the foreach lists on one
 thread). For AdamW, "no list loops" is neuron fused but with list passes
 calling each op's CPU kernel instead of computing mul/div/add/lerp/addcmul/
 addcdiv in loops of their own (csrc/aten/ListLoop.h), in the same alternation.
+For LayerNorm, "no row ops" is neuron fused but with its means on ATen's sum
+kernel, outside fusion passes (torchneuron._C._set_row_sums_enabled(False)):
+the A/B of the row sums and of the pass they make with x - mean and its
+square (csrc/aten/RowSum.h, Fusion.h).
 
 Each chain's line also gives the process's minor page faults per call on CPU
 and on neuron. CPU eager's fresh 4 MB+ tensors come from glibc's malloc,
@@ -82,8 +86,10 @@ def timed(fn, device, iters):
     # "unfused": neuron with adaptive eager fusion off, the A/B of what it gives;
     # "no loops": fused, but list passes call every op's CPU kernel (no list
     # loops), the A/B of what those give an optimizer step.
+    # "no row ops": fused, but sum and mean run ATen's kernel outside passes.
     torchneuron.set_fusion_enabled(device != "unfused")
     torchneuron._C._set_list_loops_enabled(device != "no loops")
+    torchneuron._C._set_row_sums_enabled(device != "no rows")
     try:
         fn()
         sync(device)
@@ -98,6 +104,7 @@ def timed(fn, device, iters):
     finally:
         torchneuron.set_fusion_enabled(True)
         torchneuron._C._set_list_loops_enabled(True)
+        torchneuron._C._set_row_sums_enabled(True)
 
 
 # Minor page faults per call, per device, since the last report (timed).
@@ -107,6 +114,8 @@ FAULTS = {}
 def report(name, res, gbs, triad, same):
     c, d, u = (statistics.median(res[k]) for k in ("cpu", "neuron", "unfused"))
     loops = f", no list loops {c / statistics.median(res['no loops']):.2f}x" if "no loops" in res else ""
+    if "no rows" in res:
+        loops += f", no row ops {c / statistics.median(res['no rows']):.2f}x"
     print(f"  {name:<11} cpu {c * 1e3:7.2f} ms  neuron {d * 1e3:7.2f} ms  "
           f"speed neuron / cpu {c / d:.2f}x (target >= 2; unfused {c / u:.2f}x{loops})  bandwidth cpu "
           f"{gbs(c):.1f} GB/s ({gbs(c) / triad:.2f} of triad), neuron {gbs(d):.1f} GB/s "
@@ -156,9 +165,12 @@ def main():
             if name not in chosen:
                 continue
             same = torch.equal(fn(x_cpu), fn(x_dev).cpu())
-            res = {"cpu": [], "neuron": [], "unfused": []}
+            devices = [("cpu", x_cpu), ("neuron", x_dev), ("unfused", x_dev)]
+            if name == "layer_norm":
+                devices.append(("no rows", x_dev))
+            res = {device: [] for device, _ in devices}
             for _ in range(args.repeats):
-                for device, x in (("cpu", x_cpu), ("neuron", x_dev), ("unfused", x_dev)):
+                for device, x in devices:
                     res[device].append(timed(lambda: fn(x), device, args.iters))
             report(name, res, lambda t: bytes_per_elem * n / t / 1e9, triad, same)  # noqa: B023
         if "adamw" not in chosen:
