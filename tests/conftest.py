@@ -66,6 +66,15 @@ def two_devices():
         pytest.skip("needs two neuron devices (NEURON_RT_NUM_CORES>=2)")
 
 
+def cpu_has_flag(flag: str) -> bool:
+    """Whether /proc/cpuinfo lists `flag` (avx2, avx512f, ...) for this CPU."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and f" {flag}" in line for line in f)
+    except OSError:
+        return False
+
+
 def run_python(code: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
     """Runs code in a fresh interpreter (for autoload, fork and conflict checks)."""
     full_env = dict(os.environ)

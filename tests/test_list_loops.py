@@ -14,16 +14,8 @@ import pytest
 import torch
 
 import torchneuron
-from conftest import NEURON, requires_async
+from conftest import NEURON, cpu_has_flag, requires_async
 from test_fusion import assert_bitwise, queued_behind_hold
-
-
-def _cpu_has_avx512f():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx512f" in line for line in f)
-    except OSError:
-        return False
 
 
 # Where the loops may run (ATen's AVX2 or AVX-512 build, a CPU with
@@ -31,7 +23,7 @@ def _cpu_has_avx512f():
 # bits (ListLoop.cpp, loopsMatchAten): a loop that drifted from ATen turns
 # them off with a warning, and this fails.
 LOOPS_EXPECTED = (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-                  and _cpu_has_avx512f())
+                  and cpu_has_flag("avx512f"))
 
 pytestmark = [
     requires_async,

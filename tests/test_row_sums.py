@@ -13,19 +13,12 @@ import pytest
 import torch
 
 import torchneuron
-
-def cpu_has_avx2():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx2" in line for line in f)
-    except OSError:
-        return False
-
+from conftest import cpu_has_flag
 
 LANES = torchneuron._C._row_sum_lanes()
 # Where the CPU has AVX2, a width that fails to reproduce ATen's sums is a
 # failure (test_the_vector_width_is_atens), not a reason to skip.
-pytestmark = pytest.mark.skipif(not cpu_has_avx2(), reason="row sums need AVX2")
+pytestmark = pytest.mark.skipif(not cpu_has_flag("avx2"), reason="row sums need AVX2")
 
 
 def spread(shape, dtype, seed=0):

@@ -148,6 +148,16 @@ void launchRows(const char* name, const at::Tensor& out, const at::Tensor& self,
   launchDirect(name, out, {&self}, [kernel] { kernel.all(); });
 }
 
+// The boxed call of a reduction `op` (sum.dim_IntList, mean.dim) on the
+// generic path, for the calls the direct paths leave (it raises CPU's errors).
+at::Tensor reductionViaGeneric(const c10::OperatorHandle& op, const at::Tensor& self,
+                               at::OptionalIntArrayRef dim, bool keepdim,
+                               std::optional<at::ScalarType> dtype) {
+  torch::jit::Stack stack{self, dim.has_value() ? c10::IValue(dim->vec()) : c10::IValue(),
+                          keepdim, dtype.has_value() ? c10::IValue(*dtype) : c10::IValue()};
+  return viaGeneric(op, std::move(stack));
+}
+
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                    std::optional<at::ScalarType> dtype) {
   NEURON_DIRECT_OP("aten::sum.dim_IntList");
@@ -174,9 +184,7 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
     }
   }
   static const auto& op = genericOp("aten::sum", "dim_IntList");
-  torch::jit::Stack stack{self, dim.has_value() ? c10::IValue(dim->vec()) : c10::IValue(),
-                          keepdim, dtype.has_value() ? c10::IValue(*dtype) : c10::IValue()};
-  return viaGeneric(op, std::move(stack));
+  return reductionViaGeneric(op, self, dim, keepdim, dtype);
 }
 
 at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
@@ -194,9 +202,7 @@ at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool ke
     }
   }
   static const auto& op = genericOp("aten::mean", "dim");
-  torch::jit::Stack stack{self, dim.has_value() ? c10::IValue(dim->vec()) : c10::IValue(),
-                          keepdim, dtype.has_value() ? c10::IValue(*dtype) : c10::IValue()};
-  return viaGeneric(op, std::move(stack));
+  return reductionViaGeneric(op, self, dim, keepdim, dtype);
 }
 
 }  // namespace
