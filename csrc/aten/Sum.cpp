@@ -12,6 +12,7 @@
 #include "aten/RowSum.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/ops/sum_cpu_dispatch.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -57,7 +58,7 @@ bool directEligible(const at::Tensor& self, std::optional<at::ScalarType> dtype)
 }
 
 // ATen splits one row between threads from this many elements on.
-constexpr int64_t kGrainSize = 32768;
+constexpr int64_t kGrainSize = at::internal::GRAIN_SIZE;
 
 // The rows of a reduction RowSum.h can take: a float or double contiguous
 // tensor whose reduced dims come after every kept dim of more than one
