@@ -412,6 +412,8 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
   c10::SmallVector<FusibleOp*, NRT_MAX_FUSED> ops{opAt(0)};
   const bool lists = ops[0]->listLength > 0;
   bool spread = false;
+  // The thread count the pass runs with, and that joins() splits rows by.
+  applyComputeThreads();
   if (lists) {
     // Foreach ops over lists of one length, index by index: an optimizer's
     // ops on one parameter run while its tensors are in cache. Lists of small
@@ -434,7 +436,6 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
     // functional foreach): each runs whole on one thread, as it does unfused
     // (under GRAIN_SIZE elements its kernel does not split), and the threads
     // share the ops. Else a chain over the same elements, split as one op.
-    applyComputeThreads();  // the count joins() splits rows by
     spread = ops[0]->numel <= at::internal::GRAIN_SIZE;
     while (spread && ops.size() < count && independent(ops, *opAt(ops.size())))
       ops.push_back(opAt(ops.size()));
@@ -446,7 +447,6 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
   *failed = 0;
   if (ops.size() == 1) return detail::runClosure<FusibleCall>(args[0]);
 
-  applyComputeThreads();
   detail::CollectWarnings collected;
   Failure failure;
   bool blockedLists = false;
