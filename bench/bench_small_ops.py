@@ -10,6 +10,12 @@ each repeat's pair gives a ratio, and the table shows the medians and the
 range of the per-pair ratios. Target (eager speed issue): neuron / cpu <= 1.0
 for each op. Rows marked * are ops of the generic path (AsyncPath.cpp), shown
 for what most ops without a direct path cost the host.
+
+After the table, the same loop times the device's `sum` with its row sums
+(csrc/aten/RowSum.h: ATen's summation order in a loop of the device's own)
+and with ATen's kernel behind a TensorIterator built per call
+(torchneuron._C._set_row_sums_enabled(False)), alternating in one process:
+the A/B of what the row sums give a small reduction.
 """
 import argparse
 import os
@@ -17,6 +23,8 @@ import statistics
 import time
 
 import torch
+
+import torchneuron
 
 
 def timed(fn, device, iters):
@@ -74,7 +82,22 @@ def main():
         c, n = statistics.median(runs["cpu"]), statistics.median(runs["neuron"])
         print(f"{name:<10} {c:9.2f} {n:10.2f} {statistics.median(ratios):7.2f}  "
               f"{ratios[0]:7.2f}-{ratios[-1]:.2f}")
+    row_sums_ab(ops["neuron"]["sum"], args)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def row_sums_ab(neuron_sum, args):
+    runs = {True: [], False: []}
+    try:
+        for _ in range(args.repeats):
+            for on in (True, False):
+                torchneuron._C._set_row_sums_enabled(on)
+                runs[on].append(timed(neuron_sum, "neuron", args.iters))
+    finally:
+        torchneuron._C._set_row_sums_enabled(True)
+    on, off = (f"{min(runs[k]):.2f}-{max(runs[k]):.2f}" for k in (True, False))
+    print(f"sum on neuron, same process, {args.repeats} alternations: row sums {on} us, "
+          f"ATen's kernel {off} us")
 
 
 if __name__ == "__main__":
