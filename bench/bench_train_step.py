@@ -13,6 +13,14 @@ printed with the result.
 
     python bench/bench_train_step.py --amp bf16 --models resnet18,llama
     python bench/bench_train_step.py --background-load 1 --models llama
+    python bench/bench_train_step.py --processes 6 --no-gpt --models llama
+
+--processes N runs the whole comparison in N fresh processes, one after the
+other, and prints each result's ratio per process and their median. On a
+VM one process can run the host or a model in a slow mode throughout (CPU
+eager's GPT step 46 or 56 ms by process, the same script), so a ratio from
+one process is one draw; alternating both devices inside each process keeps
+each draw fair, several processes show the spread.
 
 Each result also gives the process's minor page faults per timed step on
 each device: CPU eager's activations and temporaries come from glibc's
@@ -41,7 +49,9 @@ import contextlib
 import argparse
 import multiprocessing
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 
@@ -285,7 +295,13 @@ def main():
                    help="autocast forward and loss to this dtype on both devices")
     p.add_argument("--background-load", type=int, default=0, metavar="N",
                    help="run beside N processes that each keep a core busy")
+    p.add_argument("--no-gpt", action="store_true",
+                   help="leave out the demo GPT (time only --models)")
+    p.add_argument("--processes", type=int, default=0, metavar="N",
+                   help="run the comparison in N fresh processes in turn and summarize")
     args = p.parse_args()
+    if args.processes:
+        return across_processes(args.processes)
     if args.background_load:
         print(f"beside {args.background_load} busy background process(es)")
     print(f"host malloc: {malloc_settings()}")
@@ -293,7 +309,7 @@ def main():
         run(args)
 
 
-def run(args):
+def run_gpt(args):
     data, chars = load_corpus()
     res, runs = {"cpu": [], "neuron": []}, {}
     for _ in range(args.repeats):
@@ -303,8 +319,51 @@ def run(args):
             runs[device] = (losses, params)
     opt = "fused AdamW" if args.fused else "default (foreach) AdamW"
     report(f"demo GPT train step, {opt} + LambdaLR", res, runs, args)
+
+
+def run(args):
+    if not args.no_gpt:
+        run_gpt(args)
     if args.models:
         compare_models(args)
+
+
+RESULT = re.compile(r"^(?P<what>.+?) \(median of .*?cpu (?P<cpu>[0-9.]+) ms  neuron (?P<neuron>[0-9.]+) ms"
+                    r".*?bitwise equal: (?P<bitwise>\w+)")
+
+
+def across_processes(n):
+    """Runs this script with the same arguments (less --processes) in n fresh
+    processes in turn; prints every result line's ratio per process and the
+    median, range and bitwise verdicts across them."""
+    argv, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--processes":
+            skip = True
+        elif not a.startswith("--processes="):
+            argv.append(a)
+    results = {}
+    for i in range(n):
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), *argv],
+                             capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            m = RESULT.match(line)
+            if m:
+                results.setdefault(m["what"], []).append(
+                    (float(m["cpu"]), float(m["neuron"]), m["bitwise"] == "True"))
+        print(f"process {i + 1}/{n}: " + ", ".join(
+            f"{what} {r[-1][0] / r[-1][1]:.2f}x" for what, r in results.items()), flush=True)
+    print(f"across {n} processes (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores):")
+    for what, r in results.items():
+        ratios = sorted(c / d for c, d, _ in r)
+        print(f"  {what}: throughput neuron / cpu median {statistics.median(ratios):.2f}x "
+              f"(range {ratios[0]:.2f}-{ratios[-1]:.2f}); cpu median "
+              f"{statistics.median(c for c, _, _ in r):.2f} ms, neuron median "
+              f"{statistics.median(d for _, d, _ in r):.2f} ms; bitwise equal in "
+              f"{sum(b for _, _, b in r)} of {len(r)}")
+    return 0
 
 
 if __name__ == "__main__":
