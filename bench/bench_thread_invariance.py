@@ -29,6 +29,7 @@ in calls that do not, with what those calls cost on one thread against
 a difference is always real.
 """
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -46,27 +47,28 @@ def fresh(args, kwargs):
 
 
 def bits(t):
-    """A tensor's elements as integers of its width: equal bits compare equal,
-    NaNs included."""
-    t = t.detach().contiguous()
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    if t.dtype == torch.bool:
-        return t
-    width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
-    return t.view(width)
+    """A tensor's bytes: equal bits compare equal, NaNs included."""
+    t = t.detach().contiguous().view(-1)
+    return t if t.dtype == torch.bool else t.view(torch.uint8)
+
+
+@contextlib.contextmanager
+def torch_threads(n):
+    """torch's intra-op thread count set to n inside the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def run_with(func, args, kwargs, threads):
     """The call's result and its arguments after it, on `threads` threads."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         a, k = fresh(args, kwargs)
         torch.manual_seed(0)
         out = func(*a, **k)
-    finally:
-        torch.set_num_threads(before)
     return [x for x in tree_flatten((out, a, k))[0] if isinstance(x, torch.Tensor)]
 
 
@@ -78,9 +80,7 @@ def same(xs, ys):
 
 def call_us(func, args, kwargs, threads, repeats=3):
     """Best of `repeats` samples of back-to-back calls (about 2 ms each)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         a, k = fresh(args, kwargs)
         func(*a, **k)
         start = time.perf_counter()
@@ -93,8 +93,6 @@ def call_us(func, args, kwargs, threads, repeats=3):
             for _ in range(n):
                 func(*a, **k)
             best = min(best, (time.perf_counter() - start) / n)
-    finally:
-        torch.set_num_threads(before)
     return best * 1e6
 
 

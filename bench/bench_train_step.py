@@ -348,11 +348,12 @@ def across_processes(n):
     for i in range(n):
         out = subprocess.run([sys.executable, os.path.abspath(__file__), *argv],
                              capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            m = RESULT.match(line)
-            if m:
-                results.setdefault(m["what"], []).append(
-                    (float(m["cpu"]), float(m["neuron"]), m["bitwise"] == "True"))
+        found = [m for m in map(RESULT.match, out.splitlines()) if m]
+        if not found:  # report()'s wording changed, or nothing was timed
+            sys.exit(f"process {i + 1} printed no result line:\n{out}")
+        for m in found:
+            results.setdefault(m["what"], []).append(
+                (float(m["cpu"]), float(m["neuron"]), m["bitwise"] == "True"))
         print(f"process {i + 1}/{n}: " + ", ".join(
             f"{what} {r[-1][0] / r[-1][1]:.2f}x" for what, r in results.items()), flush=True)
     print(f"across {n} processes (load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores):")

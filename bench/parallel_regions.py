@@ -86,31 +86,16 @@ def build_shim(workdir):
 
 
 def child(name, device, steps, out):
-    import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_compile import MODELS
-    torch.manual_seed(0)
-    model, batch, loss_fn = MODELS[name]()
-    model = model.to(device)
-    batch = tuple(t.to(device) for t in batch)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    sync = torch.neuron.synchronize if device == "neuron" else (lambda: None)
-
-    def step():
-        loss = loss_fn(model, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
+    from bench_compile import MODELS, setup
+    step = setup(MODELS[name], device, compiled=False)  # eager; each step synchronizes
     for _ in range(3):
         step()
-    sync()
     shim = ctypes.CDLL(None)
     shim.regions_reset()
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    sync()
     ms = (time.perf_counter() - start) / steps * 1e3
     shim.regions_dump(out.encode())
     print(f"{ms:.2f}")
