@@ -70,7 +70,7 @@ def cpu_has_flag(flag: str) -> bool:
     """Whether /proc/cpuinfo lists `flag` (avx2, avx512f, ...) for this CPU."""
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and f" {flag}" in line for line in f)
+            return any(line.startswith("flags") and flag in line.split() for line in f)
     except OSError:
         return False
 
