@@ -1,7 +1,9 @@
 // The direct paths of mm and addmm (DirectOp.h) for floating matrices of one
-// dtype: CPU's mm.out / addmm.out into the contiguous result CPU's
-// functional ops allocate. nn.Linear on 2-D inputs is addmm.
+// dtype, into the contiguous result CPU's functional ops allocate: the BLAS
+// call CPU's kernel would make (Gemm.h) where it is one, else CPU's
+// mm.out / addmm.out. nn.Linear on 2-D inputs is addmm.
 #include "aten/DirectOp.h"
+#include "aten/Gemm.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -32,6 +34,11 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (directMatmul(self, mat2)) {
     OnDevice onDevice(self.device());
     at::Tensor out = emptyDevice({self.size(0), mat2.size(1)}, self.scalar_type());
+    if (const auto call = planGemm(out, at::Tensor(), self, mat2, 0, 1)) {
+      launchDirect(kName, out, {&self, &mat2}, [call = *call] { runGemm(call); });
+      recordOp(counters, OpPath::Async);
+      return out;
+    }
     launchDirect(
         kName, out, {&self, &mat2},
         [o = Operand::of(out, /*written=*/true), a = Operand::of(self), b = Operand::of(mat2)] {
@@ -53,6 +60,11 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
       at::is_expandable_to(self.sizes(), {mat1.size(0), mat2.size(1)})) {
     OnDevice onDevice(mat1.device());
     at::Tensor out = emptyDevice({mat1.size(0), mat2.size(1)}, mat1.scalar_type());
+    if (const auto call = planGemm(out, self, mat1, mat2, beta, alpha)) {
+      launchDirect(kName, out, {&self, &mat1, &mat2}, [call = *call] { runGemm(call); });
+      recordOp(counters, OpPath::Async);
+      return out;
+    }
     launchDirect(kName, out, {&self, &mat1, &mat2},
                  [o = Operand::of(out, /*written=*/true), s = Operand::of(self),
                   a = Operand::of(mat1), b = Operand::of(mat2), beta, alpha] {

@@ -3,6 +3,7 @@
 // generators via torch.accelerator) is not duplicated here.
 #include "aten/AsyncPath.h"
 #include "aten/Fusion.h"
+#include "aten/Gemm.h"
 #include "aten/ListLoop.h"
 #include "aten/Launch.h"
 #include "core/ComputeThreads.h"
@@ -271,6 +272,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_sqrt_loops_enabled", [](bool on) { setSqrtLoopsEnabled(on); });
   m.def("_row_sum_lanes", [] { return py::make_tuple(rowSumLanesFloat(), rowSumLanesDouble()); });
   m.def("_set_row_sums_enabled", [](bool on) { setRowSumsEnabled(on); });
+  m.def("_set_gemm_plans_enabled", [](bool on) { setGemmPlansEnabled(on); });
+  m.def("_gemm_plans_enabled", [] { return gemmPlansEnabled(); });
+  m.def("_gemm_plans_made", [] { return gemmPlansMade(); });
   m.def("_set_allocator_reuse_bins", [](bool on) { setAllocatorReuseBins(on); });
   m.def("_fusion_stats", [] {
     const FusionStats st = fusionStats();
