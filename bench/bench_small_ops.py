@@ -11,7 +11,14 @@ range of the per-pair ratios. Target (eager speed issue): neuron / cpu <= 1.0
 for each op. Rows marked * are ops of the generic path (AsyncPath.cpp), shown
 for what most ops without a direct path cost the host.
 
-After the table, the same loop times the device's `sum` with its row sums
+A second table splits the neuron figure into its two sides: the host's
+issue time per op (the loop queued behind a kernel that sleeps, so the device
+runs none of it meanwhile) and the device's time per op (how long the queued
+ops take once the sleep ends). The live loop costs at least the larger of
+the two; where the device's side is the larger, the ratio above measures the
+worker, not the host.
+
+After the tables, the same loop times the device's `sum` with its row sums
 (csrc/aten/RowSum.h: ATen's summation order in a loop of the device's own)
 and with ATen's kernel behind a TensorIterator built per call
 (torchneuron._C._set_row_sums_enabled(False)), alternating in one process:
@@ -68,6 +75,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--iters", type=int, default=20000)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--split-iters", type=int, default=4000,
+                   help="calls per sample of the host / device split (below the queue depth)")
     args = p.parse_args()
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
@@ -82,8 +91,31 @@ def main():
         c, n = statistics.median(runs["cpu"]), statistics.median(runs["neuron"])
         print(f"{name:<10} {c:9.2f} {n:10.2f} {statistics.median(ratios):7.2f}  "
               f"{ratios[0]:7.2f}-{ratios[-1]:.2f}")
+    print(f"\n{'op':<10} {'host us':>9} {'device us':>10}  (neuron, each side alone; "
+          f"medians of {args.repeats})")
+    for name, fn in ops["neuron"].items():
+        host, device = zip(*(split(fn, args.split_iters) for _ in range(args.repeats)))
+        print(f"{name:<10} {statistics.median(host):9.2f} {statistics.median(device):10.2f}")
     row_sums_ab(ops["neuron"]["sum"], args)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def split(fn, iters):
+    """(host, device) microseconds per op: `iters` calls issued behind a
+    kernel that sleeps long enough for the host to queue them all, the
+    host's issue time and the device's time after the sleep, per call."""
+    hold_s = max(0.02, iters * 10e-6)  # 10 us per call: above any op's host cost here
+    fn()
+    torch.neuron.synchronize()
+    torch.neuron._sleep(int(hold_s * 1e6))
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    issued = time.perf_counter() - start
+    torch.neuron.synchronize()
+    total = time.perf_counter() - start
+    assert issued < hold_s, f"issuing took {issued:.3f} s, longer than the {hold_s} s hold"
+    return issued / iters * 1e6, (total - hold_s) / iters * 1e6
 
 
 def row_sums_ab(neuron_sum, args):
