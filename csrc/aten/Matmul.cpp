@@ -36,15 +36,14 @@ at::Tensor mm(const at::Tensor& self, const at::Tensor& mat2) {
     at::Tensor out = emptyDevice({self.size(0), mat2.size(1)}, self.scalar_type());
     if (const auto call = planGemm(out, at::Tensor(), self, mat2, 0, 1)) {
       launchDirect(kName, out, {&self, &mat2}, [call = *call] { runGemm(call); });
-      recordOp(counters, OpPath::Async);
-      return out;
+    } else {
+      launchDirect(
+          kName, out, {&self, &mat2},
+          [o = Operand::of(out, /*written=*/true), a = Operand::of(self), b = Operand::of(mat2)] {
+            at::Tensor result = o.cpu();
+            at::cpu::mm_out(result, a.cpu(), b.cpu());
+          });
     }
-    launchDirect(
-        kName, out, {&self, &mat2},
-        [o = Operand::of(out, /*written=*/true), a = Operand::of(self), b = Operand::of(mat2)] {
-          at::Tensor result = o.cpu();
-          at::cpu::mm_out(result, a.cpu(), b.cpu());
-        });
     recordOp(counters, OpPath::Async);
     return out;
   }
@@ -62,15 +61,14 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
     at::Tensor out = emptyDevice({mat1.size(0), mat2.size(1)}, mat1.scalar_type());
     if (const auto call = planGemm(out, self, mat1, mat2, beta, alpha)) {
       launchDirect(kName, out, {&self, &mat1, &mat2}, [call = *call] { runGemm(call); });
-      recordOp(counters, OpPath::Async);
-      return out;
+    } else {
+      launchDirect(kName, out, {&self, &mat1, &mat2},
+                   [o = Operand::of(out, /*written=*/true), s = Operand::of(self),
+                    a = Operand::of(mat1), b = Operand::of(mat2), beta, alpha] {
+                     at::Tensor result = o.cpu();
+                     at::cpu::addmm_out(result, s.cpu(), a.cpu(), b.cpu(), beta, alpha);
+                   });
     }
-    launchDirect(kName, out, {&self, &mat1, &mat2},
-                 [o = Operand::of(out, /*written=*/true), s = Operand::of(self),
-                  a = Operand::of(mat1), b = Operand::of(mat2), beta, alpha] {
-                   at::Tensor result = o.cpu();
-                   at::cpu::addmm_out(result, s.cpu(), a.cpu(), b.cpu(), beta, alpha);
-                 });
     recordOp(counters, OpPath::Async);
     return out;
   }
