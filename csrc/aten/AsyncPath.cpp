@@ -35,6 +35,7 @@
 #include "core/Config.h"
 #include "core/Generator.h"
 #include "core/HostWait.h"
+#include "core/SerialCompute.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -185,6 +186,9 @@ void launchQueued(const NeuronStream& stream, Kernel kernel, std::shared_ptr<con
     }
   }
   launchWork(stream, work, [kernel = std::move(kernel), meta = std::move(meta)]() {
+    // (The rule runs here: it reads the executing thread's count.)
+    const SerialRule rule = kernel.plan->serialRule;
+    SerialScope scope(rule != nullptr && rule(kernel));
     runQueued(kernel, *meta);
   });
 }

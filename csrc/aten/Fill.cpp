@@ -4,6 +4,7 @@
 // (CPU's zero_ of a small tensor is a memset). The kernels queued are CPU's
 // own, over the device memory, so the bits are CPU's.
 #include "aten/DirectOp.h"
+#include "core/SerialCompute.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/fill_cpu_dispatch.h>
@@ -45,7 +46,12 @@ at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value) {
   NEURON_DIRECT_OP("aten::fill_.Scalar");
   if (direct(self) && fillable(self.scalar_type(), value)) {
     OnDevice onDevice(self.device());
-    launchInPlace(kName, self, [value](at::Tensor& t) { at::cpu::fill_(t, value); });
+    // Every element gets the same value: any split has the same bits,
+    // so a small fill runs on one thread (SerialCompute.h).
+    launchInPlace(kName, self, [value](at::Tensor& t) {
+      SerialScope serial(serialWorthy(t.numel()));
+      at::cpu::fill_(t, value);
+    });
     recordOp(counters, OpPath::Async);
     return self;
   }
@@ -58,7 +64,10 @@ at::Tensor& zero_(at::Tensor& self) {
   NEURON_DIRECT_OP("aten::zero_");
   if (direct(self)) {
     OnDevice onDevice(self.device());
-    launchInPlace(kName, self, [](at::Tensor& t) { at::cpu::zero_(t); });
+    launchInPlace(kName, self, [](at::Tensor& t) {
+      SerialScope serial(serialWorthy(t.numel()));  // as fill_
+      at::cpu::zero_(t);
+    });
     recordOp(counters, OpPath::Async);
     return self;
   }

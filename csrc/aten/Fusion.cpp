@@ -5,6 +5,7 @@
 
 #include "core/ComputeThreads.h"
 #include "core/Config.h"
+#include "core/SerialCompute.h"
 #include "core/KernelWarnings.h"
 
 #include <ATen/Parallel.h>
@@ -64,7 +65,7 @@ Stats& stats() {
 // the item's argument block through it.
 struct FusibleCall {
   std::unique_ptr<FusibleOp> op;
-  void operator()() const { op->run(); }
+  void operator()() const;
 };
 using FusibleClosure = detail::Closure<FusibleCall>;
 
@@ -343,8 +344,10 @@ void runLoop(const Segments& s, const Segments::Segment& seg, int64_t j, int64_t
 // A list pass: every op on list index j, then index j + 1 (when every
 // tensor is small, the indices shared among the threads); each op computes
 // what it would alone, with the same per-tensor kernel or a list loop.
-// (Returns whether it walked the indices in blocks.)
-bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps) {
+// (`elementwise`: indexwiseElementwise of the pass. Returns whether it
+// walked the indices in blocks.)
+bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps,
+              bool elementwise) {
   const int64_t length = ops[0]->listLength;
   const bool small = ops[0]->smallLists;  // the same for every op of a pass (runPass)
   // A step takes consecutive indices up to a block's worth of elements, so
@@ -371,11 +374,11 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps)
   if (small) {
     const Segments segs = segmentsOf(ops, /*interleaved=*/false);
     *loopOps = segs.loopOps;
-    at::parallel_for(0, length, 1, [&](int64_t begin, int64_t end) { runIndices(segs, begin, end); });
+    referenceParallelFor(0, length, 1,
+                         [&](int64_t begin, int64_t end) { runIndices(segs, begin, end); });
     return false;
   }
-  const c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED> held(ops.begin(), ops.end());
-  if (indexwiseElementwise(held)) {
+  if (elementwise) {
     const Segments segs = segmentsOf(ops, /*interleaved=*/true);
     *loopOps = segs.loopOps;
     // Large tensors: index by index, every op on a block of elements
@@ -384,7 +387,7 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps)
     // The elements split among the threads as each op splits them alone
     // (runChunk's blocks).
     for (int64_t j = 0; j < length && !failure.any.load(); ++j) {
-      at::parallel_for(0, sizes[j], at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+      referenceParallelFor(0, sizes[j], at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
         for (int64_t lo = begin; lo < end; lo += kBlock) {
           const int64_t hi = std::min(end, lo + kBlock);
           for (const auto& seg : segs.list) {
@@ -405,6 +408,31 @@ bool runLists(c10::ArrayRef<FusibleOp*> ops, Failure& failure, int64_t* loopOps)
   // Each op splits its own large tensors: no loops.
   runIndices(plainSegments(ops.size()), 0, length);
   return false;
+}
+
+// A pass's work in element operations (SerialCompute.h's kSerialWork).
+int64_t passWork(c10::ArrayRef<FusibleOp*> ops) {
+  int64_t elements = ops[0]->numel;
+  if (ops[0]->listLength > 0)
+    elements = std::accumulate(ops[0]->indexNumel.begin(), ops[0]->indexNumel.end(), int64_t(0));
+  return elements * static_cast<int64_t>(ops.size());
+}
+
+// An op alone, as its closure: on one thread where small and where that
+// computes what its kernel computes on the reference count. An elementwise
+// op's chunks are its kernel's split (referenceParallelFor) with its range
+// kernel on each; a row op's rows are independent, and so are the indices
+// of small lists (each tensor under GRAIN_SIZE runs whole); a foreach op
+// over larger tensors splits them inside ATen's kernel, so it keeps every
+// thread.
+void FusibleCall::operator()() const {
+  FusibleOp& o = *op;
+  const bool lists = o.listLength > 0;
+  FusibleOp* self = &o;
+  SerialScope serial((!lists || o.smallLists) && serialWorthy(passWork({&self, 1})));
+  if (!serial.active() || lists || o.rowLength != 0) return o.run();
+  referenceParallelFor(0, o.numel, at::internal::GRAIN_SIZE,
+                       [&](int64_t begin, int64_t end) { o.runRange(begin, end); });
 }
 
 nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_t* failed) {
@@ -446,7 +474,17 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
   *ran = ops.size();
   *failed = 0;
   if (ops.size() == 1) return detail::runClosure<FusibleCall>(args[0]);
+  const bool elementwise =
+      lists && !ops[0]->smallLists &&
+      indexwiseElementwise(c10::SmallVector<const FusibleOp*, NRT_MAX_FUSED>(ops.begin(), ops.end()));
+  // On one thread when small and when every split below is one that
+  // referenceParallelFor reproduces (SerialCompute.h): not where the ops'
+  // own kernels split tensors over GRAIN_SIZE (a list pass that is not
+  // elementwise, over lists of such tensors).
+  SerialScope serial((!lists || ops[0]->smallLists || elementwise) &&
+                     serialWorthy(passWork(ops)));
 
+  TeamWatch watch;
   detail::CollectWarnings collected;
   Failure failure;
   bool blockedLists = false;
@@ -456,9 +494,9 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
     const bool outer = inQueuedWork();
     setInQueuedWork(true);
     if (lists) {
-      blockedLists = runLists(ops, failure, &loopOps);
+      blockedLists = runLists(ops, failure, &loopOps, elementwise);
     } else if (spread) {
-      at::parallel_for(0, static_cast<int64_t>(ops.size()), 1, [&](int64_t begin, int64_t end) {
+      referenceParallelFor(0, static_cast<int64_t>(ops.size()), 1, [&](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) runChunk({ops[k]}, 0, ops[k]->numel, failure, k);
       });
     } else {
@@ -466,7 +504,7 @@ nrtStatus runPass(nrtFuser*, void* const* args, size_t count, size_t* ran, size_
       // (and whole rows for row ops: joins).
       const int64_t rowLength = rowLengthOf(ops);
       const int64_t block = rowLength != 0 ? rowBlock(rowLength) : kBlock;
-      at::parallel_for(0, ops[0]->numel, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+      referenceParallelFor(0, ops[0]->numel, at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
         runChunk(ops, begin, end, failure, 0, block);
       });
     }

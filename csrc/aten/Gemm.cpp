@@ -1,5 +1,8 @@
 #include "aten/Gemm.h"
 
+#include "aten/SerialGemm.h"
+#include "core/SerialCompute.h"
+
 #include <ATen/Context.h>
 
 #include <algorithm>
@@ -160,6 +163,20 @@ std::optional<GemmCall> planGemm(const at::Tensor& out, const at::Tensor& self,
   return call;
 }
 
+void callBlas(const GemmCall& call, const void* a, const void* b, void* c) {
+  if (call.isDouble) {
+    const double alpha = call.alpha, beta = call.beta;
+    dgemm_(&call.transa, &call.transb, &call.m, &call.n, &call.k, &alpha,
+           static_cast<const double*>(a), &call.lda, static_cast<const double*>(b), &call.ldb,
+           &beta, static_cast<double*>(c), &call.ldc);
+  } else {
+    const float alpha = static_cast<float>(call.alpha), beta = static_cast<float>(call.beta);
+    sgemm_(&call.transa, &call.transb, &call.m, &call.n, &call.k, &alpha,
+           static_cast<const float*>(a), &call.lda, static_cast<const float*>(b), &call.ldb,
+           &beta, static_cast<float*>(c), &call.ldc);
+  }
+}
+
 void runGemm(const GemmCall& call) {
   if (call.bias) {
     auto* dst = static_cast<char*>(call.c);
@@ -171,17 +188,9 @@ void runGemm(const GemmCall& call) {
         std::memcpy(dst + r * call.rowBytes, src, call.rowBytes);
     }
   }
-  if (call.isDouble) {
-    const double alpha = call.alpha, beta = call.beta;
-    dgemm_(&call.transa, &call.transb, &call.m, &call.n, &call.k, &alpha,
-           static_cast<const double*>(call.a), &call.lda, static_cast<const double*>(call.b),
-           &call.ldb, &beta, static_cast<double*>(call.c), &call.ldc);
-  } else {
-    const float alpha = static_cast<float>(call.alpha), beta = static_cast<float>(call.beta);
-    sgemm_(&call.transa, &call.transb, &call.m, &call.n, &call.k, &alpha,
-           static_cast<const float*>(call.a), &call.lda, static_cast<const float*>(call.b),
-           &call.ldb, &beta, static_cast<float*>(call.c), &call.ldc);
-  }
+  const int64_t macs = int64_t(call.m) * call.n * call.k;
+  SerialScope serial(serialWorthy(macs) && serialGemmAgrees(call));
+  callBlas(call, call.a, call.b, call.c);
 }
 
 }  // namespace torchneuron

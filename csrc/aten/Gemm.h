@@ -54,8 +54,13 @@ std::optional<GemmCall> planGemm(const at::Tensor& out, const at::Tensor& self,
                                  const at::Tensor& mat1, const at::Tensor& mat2,
                                  const at::Scalar& beta, const at::Scalar& alpha);
 
-// Runs a planned call (on the executor).
+// Runs a planned call (on the executor): on one thread where that is small
+// and gives the bits of the thread's count (SerialGemm.h).
 void runGemm(const GemmCall& call);
+
+// The call's BLAS product alone, on operands `a`, `b` and result `c` laid
+// out as the call's (no bias copy).
+void callBlas(const GemmCall& call, const void* a, const void* b, void* c);
 
 // The A/B switch: off, planGemm declines every call (ATen's kernel runs).
 bool gemmPlansEnabled();

@@ -5,6 +5,7 @@
 #include "core/ComputeThreads.h"
 #include "core/KernelWarnings.h"
 #include "core/Runtime.h"
+#include "core/SerialCompute.h"
 #include "core/Stream.h"
 
 #include <c10/util/Exception.h>
@@ -54,6 +55,7 @@ nrtStatus runClosure(void* args) {
   const bool outer = inQueuedWork();
   setInQueuedWork(true);
   try {
+    TeamWatch watch;  // (SerialCompute.h)
     closure->fn();
   } catch (const c10::Error& e) {
     nrtKernelSetError(e.what_without_backtrace());

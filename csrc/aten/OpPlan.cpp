@@ -146,6 +146,7 @@ Plan* planFor(const c10::OperatorHandle& op) {
     makePlan(op, *plan);
     plan->fusible = fusibleOpName(plan->name);
     plan->listSplit = fusibleForeachName(plan->name);
+    plan->serialRule = serialRuleFor(plan->name);
     if (plan->listSplit) plan->perTensorOut = perTensorOutOf(op.schema());
   }
   local.emplace(op, plan);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "aten/OpTracking.h"
+#include "aten/SerialKernels.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -40,6 +41,9 @@ struct Plan {
   // results and copies them into place; one index of it is the per-tensor
   // kernel writing in place, with the same values and one pass less.
   std::optional<c10::OperatorHandle> perTensorOut;
+  // When its calls may run on one thread (SerialKernels.h): the rule that
+  // tells which.
+  SerialRule serialRule = nullptr;
 };
 
 // Whether argument `i` of `schema` is a CPU tensor of values a kernel reads

@@ -5,6 +5,7 @@
 #include "aten/HostScalar.h"
 #include "aten/ListLoop.h"
 #include "aten/LoopStep.h"
+#include "core/SerialCompute.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
@@ -149,7 +150,7 @@ bool loopStepOf(Kind kind, const FlatOperand& out, const FlatOperand& a, const F
 void runStepRange(const LoopStep& s, const float* valueAt, int64_t begin, int64_t end) {
   LoopStep base = s;
   if (valueAt != nullptr) base.value = *valueAt;
-  at::parallel_for(begin, end, at::internal::GRAIN_SIZE, [&](int64_t lo, int64_t hi) {
+  referenceParallelFor(begin, end, at::internal::GRAIN_SIZE, [&](int64_t lo, int64_t hi) {
     LoopStep t = base;
     t.out += lo;
     t.self += lo;
@@ -211,8 +212,8 @@ bool repeatStepOf(Kind kind, const at::Tensor& out, const at::Tensor& a, const a
 }
 
 void runRepeatRange(const RepeatStep& s, int64_t begin, int64_t end) {
-  at::parallel_for(begin, end, at::internal::GRAIN_SIZE,
-                   [&](int64_t lo, int64_t hi) { runRepeatStep(s, lo, hi); });
+  referenceParallelFor(begin, end, at::internal::GRAIN_SIZE,
+                       [&](int64_t lo, int64_t hi) { runRepeatStep(s, lo, hi); });
 }
 
 // A repeat step, for a fusion pass: its repeated operand is read across

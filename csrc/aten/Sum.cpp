@@ -10,6 +10,8 @@
 #include "aten/DirectOp.h"
 #include "aten/Fusion.h"
 #include "aten/RowSum.h"
+#include "aten/SerialKernels.h"
+#include "core/SerialCompute.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
@@ -171,9 +173,12 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
       } else {
         std::optional<at::DimVector> dims;
         if (dim.has_value()) dims = at::DimVector(*dim);
+        const bool serial = dims.has_value() &&
+                            serialDimReduction(self.sizes(), self.strides(), self.scalar_type(), *dims);
         launchDirect(kName, out, {&self},
                      [o = Operand::of(out, /*written=*/true), in = Operand::of(self),
-                      dims = std::move(dims), keepdim] {
+                      dims = std::move(dims), keepdim, serial] {
+                       SerialScope scope(serial);
                        at::Tensor result = o.cpu();
                        at::OptionalIntArrayRef d;
                        if (dims.has_value()) d = at::IntArrayRef(*dims);

@@ -28,6 +28,9 @@ struct BackendConfig {
   bool fusion = true;
   // TORCHNEURON_LIST_LOOPS=0: list passes call every op's CPU kernel (ListLoop.h).
   bool list_loops = true;
+  // TORCHNEURON_SERIAL_KERNELS=0: kernels always compute on every compute
+  // thread, never on one where that gives the same bits (SerialCompute.h).
+  bool serial_kernels = true;
   bool dist_check = true;
   bool dist_shm = true;
 };

@@ -4,9 +4,11 @@
 #include "aten/AsyncPath.h"
 #include "aten/Fusion.h"
 #include "aten/Gemm.h"
+#include "aten/SerialGemm.h"
 #include "aten/ListLoop.h"
 #include "aten/Launch.h"
 #include "core/ComputeThreads.h"
+#include "core/SerialCompute.h"
 #include "core/DeviceAllocator.h"
 #include "core/HostWait.h"
 #include "core/KernelWarnings.h"
@@ -275,6 +277,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_gemm_plans_enabled", [](bool on) { setGemmPlansEnabled(on); });
   m.def("_gemm_plans_enabled", [] { return gemmPlansEnabled(); });
   m.def("_gemm_plans_made", [] { return gemmPlansMade(); });
+  m.def("_set_serial_kernels_enabled", [](bool on) { setSerialKernelsEnabled(on); });
+  m.def("_serial_kernels_enabled", [] { return serialKernelsEnabled(); });
+  m.def("_serial_kernels_run", [] { return serialKernelsRun(); });
+  m.def("_serial_gemm_geometries", [] {
+    const SerialGemmStats st = serialGemmStats();
+    return py::make_tuple(st.tried, st.agreed);
+  });
   m.def("_set_allocator_reuse_bins", [](bool on) { setAllocatorReuseBins(on); });
   m.def("_fusion_stats", [] {
     const FusionStats st = fusionStats();
