@@ -92,22 +92,34 @@ bool tryGeometry(const GemmCall& call) {
   return std::memcmp(many.data, one.data, static_cast<size_t>(call.ldc) * call.n * width) == 0;
 }
 
+// The verdict of `key`, tried with `attempt` on first use: per executor
+// thread, so executor threads never wait on each other for it.
+template <class Key, class Hash, class Try>
+bool verdictFor(const Key& key, Try&& attempt) {
+  thread_local std::unordered_map<Key, bool, Hash> verdicts;
+  const auto it = verdicts.find(key);
+  if (it != verdicts.end()) return it->second;
+  const bool agrees = attempt();
+  gTried.fetch_add(1, std::memory_order_relaxed);
+  if (agrees) gAgreed.fetch_add(1, std::memory_order_relaxed);
+  verdicts.emplace(key, agrees);
+  return agrees;
+}
+
+// The executing thread's count, when it may try a geometry (0: it may not).
+int trialThreads() {
+  if (serialReference() != 0 || omp_in_parallel()) return 0;
+  const int threads = omp_get_max_threads();
+  return threads > 1 ? threads : 0;
+}
+
 }  // namespace
 
 bool serialGemmAgrees(const GemmCall& call) {
-  if (serialReference() != 0 || omp_in_parallel()) return false;
-  const int threads = omp_get_max_threads();
-  if (threads <= 1) return false;
-  // Per thread: executor threads never wait on each other for it.
-  thread_local std::unordered_map<Geometry, bool, GeometryHash> verdicts;
-  const Geometry g = geometryOf(call, threads);
-  const auto it = verdicts.find(g);
-  if (it != verdicts.end()) return it->second;
-  const bool agrees = tryGeometry(call);
-  gTried.fetch_add(1, std::memory_order_relaxed);
-  if (agrees) gAgreed.fetch_add(1, std::memory_order_relaxed);
-  verdicts.emplace(g, agrees);
-  return agrees;
+  const int threads = trialThreads();
+  if (threads == 0) return false;
+  return verdictFor<Geometry, GeometryHash>(geometryOf(call, threads),
+                                            [&] { return tryGeometry(call); });
 }
 
 SerialGemmStats serialGemmStats() {

@@ -23,8 +23,10 @@ std::atomic<uint64_t> gRun{0};
 
 // The reference count of this thread's active outermost scope (0: none).
 thread_local int tReference = 0;
-// Scopes made active on this thread, and until when its team may be hot.
+// Scopes made active on this thread, scopes declined because its team was
+// hot, and until when its team may be hot.
 thread_local uint64_t tScopes = 0;
+thread_local uint64_t tHotDeclines = 0;
 thread_local int64_t tHotUntil = 0;
 
 int64_t nowNs() {
@@ -48,7 +50,10 @@ SerialScope::SerialScope(bool want, Kind kind) {
   }
   // Inside a parallel region the kernel runs on its thread alone anyway.
   if (!want || omp_in_parallel()) return;
-  if (kind == Kind::kKernel && tHotUntil != 0 && nowNs() < tHotUntil) return;
+  if (kind == Kind::kKernel && tHotUntil != 0 && nowNs() < tHotUntil) {
+    ++tHotDeclines;
+    return;
+  }
   const int threads = omp_get_max_threads();
   if (threads <= 1) return;
   if (MKL_Set_Num_Threads_Local != nullptr) {
@@ -72,10 +77,13 @@ SerialScope::~SerialScope() {
   if (MKL_Set_Num_Threads_Local != nullptr) MKL_Set_Num_Threads_Local(savedMkl_);
 }
 
-TeamWatch::TeamWatch() : start_(nowNs()), scopes_(tScopes) {}
+TeamWatch::TeamWatch() : start_(nowNs()), scopes_(tScopes), declines_(tHotDeclines) {}
 
 TeamWatch::~TeamWatch() {
   if (tScopes != scopes_ || tReference != 0) return;  // it ran on one thread
+  // It ran on every thread only because the team was hot: it does not
+  // extend that (else one long item would keep every later kernel parallel).
+  if (tHotDeclines != declines_) return;
   const int64_t end = nowNs();
   if (end - start_ >= kLongItemNs) tHotUntil = end + kHotTeamNs;
 }

@@ -87,7 +87,8 @@ class SerialScope {
 
 // Around a work item on an executor thread: notes, when it ran outside any
 // scope and lasted kLongItemNs or more, that the thread's OpenMP team may be
-// spinning now (see above).
+// spinning now (see above); not when a scope in it declined only because
+// the team was hot already.
 class TeamWatch {
  public:
   TeamWatch();
@@ -98,6 +99,7 @@ class TeamWatch {
  private:
   int64_t start_;
   uint64_t scopes_;
+  uint64_t declines_;
 };
 constexpr int64_t kLongItemNs = 200'000;
 constexpr int64_t kHotTeamNs = 1'000'000;
