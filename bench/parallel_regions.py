@@ -5,12 +5,12 @@
 
 Every parallel region wakes the OpenMP team of the thread that opens it, and
 a woken team's threads spin for a while afterwards. On a 2-core machine the
-device's spinning team takes the core the host thread needs to issue work
-(the tiny Llama ran 1.42x CPU eager on one compute thread, 0.99x on two;
-bench_thread_invariance.py and the README say why one thread is not the
-default). This counts the regions a step opens and names their callers:
-MKL's sgemm, ATen's loops and kernels, the device's own passes. A step that
-opens none leaves the team asleep.
+device's spinning team takes the core the host thread needs to issue work.
+Serial-equivalent kernels (csrc/core/SerialCompute.h) run small kernels on
+one thread where that keeps their bits; this counts the regions a step
+still opens and names their callers: MKL's sgemm, ATen's loops and kernels,
+the device's own passes. A step that opens none leaves the team asleep (the
+tiny Llama's, after its first steps; 77 per step before serial kernels).
 
 How: a small preloaded library (compiled here with the system's cc) wraps
 libgomp's GOMP_parallel and counts the calls that ask for more than one

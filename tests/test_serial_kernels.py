@@ -305,6 +305,34 @@ def test_a_geometry_split_by_threads_is_refused():
 
 
 # ---------------------------------------------------------------------------
+# The hot team: after a long kernel on every thread, small kernels use them.
+
+@requires_async
+def test_small_kernels_keep_every_thread_while_the_team_is_hot():
+    # A large product (over 2^24 multiply-adds: every thread, milliseconds
+    # here) leaves the compute team spinning; an eligible kernel queued right
+    # behind it computes on every thread, and once the window (1 ms) has
+    # passed it runs on one again. Its bits are CPU's either way.
+    big = rand(1024, 1024, seed=1).to("neuron")
+    x = rand(65536, seed=2)
+    want, xd = torch.exp(x), x.to("neuron")
+    with serial(True):
+        torch.exp(xd)
+        time.sleep(0.005)
+        before = serial_runs()
+        big @ big
+        hot_result = torch.exp(xd)
+        hot = serial_runs() - before
+        time.sleep(0.005)
+        before = serial_runs()
+        cold_result = torch.exp(xd)
+        cold = serial_runs() - before
+    assert (hot, cold) == (0, 1)
+    assert_same_bits(hot_result, want)
+    assert_same_bits(cold_result, want)
+
+
+# ---------------------------------------------------------------------------
 # A whole small step: no parallel region once every kernel qualifies.
 
 SHIM = r"""
