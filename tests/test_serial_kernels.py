@@ -207,7 +207,7 @@ def test_cross_entropy_forward_and_backward_keep_bits(rows, cols):
 
 @requires_async
 @pytest.mark.parametrize("shape,dims", [
-    ((4, 64, 128), (0, 1)), ((300, 100), (0,)), ((7, 50, 333), (0, 1)), ((64, 1024), (0,)),
+    ((4, 64, 128), (0, 1)), ((300, 200), (0,)), ((7, 50, 333), (0, 1)), ((64, 1024), (0,)),
     ((33, 17, 129), (0, 2)), ((1000, 70), (1,))])
 def test_reductions_to_many_values_keep_bits(shape, dims):
     x = rand(*shape, seed=sum(shape))
@@ -271,7 +271,10 @@ def test_small_products_keep_bits(m, k, n, layout, dtype):
         # Serial where the product is a planned BLAS call (Gemm.h) whose
         # geometry keeps its bits on one thread (CPU's product shows whether
         # it does); ATen's kernel runs the others.
-        serial_expected = enabled and not splits and not torchneuron_launch_blocking()
+        # Products under 2^15 multiply-adds (kSerialMinWork) are not split
+        # by MKL anyway and take no scope.
+        serial_expected = (enabled and not splits and m * k * n >= 2 ** 15
+                           and not torchneuron_launch_blocking())
         assert ran == (planned if serial_expected else 0)
 
 

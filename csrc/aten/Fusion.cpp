@@ -429,7 +429,9 @@ void FusibleCall::operator()() const {
   FusibleOp& o = *op;
   const bool lists = o.listLength > 0;
   FusibleOp* self = &o;
-  SerialScope serial((!lists || o.smallLists) && serialWorthy(passWork({&self, 1})));
+  // (An op alone over GRAIN_SIZE elements or fewer does not split.)
+  const bool splits = lists || o.numel > at::internal::GRAIN_SIZE;
+  SerialScope serial(splits && (!lists || o.smallLists) && serialWorthy(passWork({&self, 1})));
   if (!serial.active() || lists || o.rowLength != 0) return o.run();
   referenceParallelFor(0, o.numel, at::internal::GRAIN_SIZE,
                        [&](int64_t begin, int64_t end) { o.runRange(begin, end); });

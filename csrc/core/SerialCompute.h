@@ -59,6 +59,11 @@ namespace torchneuron {
 // pass about 2^22 element operations. The demo GPT's products (2^27 and
 // more) stay on every thread.
 constexpr int64_t kSerialWork = int64_t(1) << 24;
+// Work under which no kernel here splits anyway (ATen splits from GRAIN_SIZE
+// = 32768 elements; MKL does not thread a product of a few thousand
+// multiply-adds): a scope there would only add its cost (four thread-count
+// writes, about a third of an 8x8 product's device time).
+constexpr int64_t kSerialMinWork = int64_t(1) << 15;
 
 bool serialKernelsEnabled();
 void setSerialKernelsEnabled(bool on);
@@ -104,9 +109,12 @@ class TeamWatch {
 constexpr int64_t kLongItemNs = 200'000;
 constexpr int64_t kHotTeamNs = 1'000'000;
 
-// Whether a kernel of `work` units is small enough for a scope and the
-// switch is on (the scope itself checks the thread's counts).
-inline bool serialWorthy(int64_t work) { return work <= kSerialWork && serialKernelsEnabled(); }
+// Whether a kernel of `work` units is small enough for a scope, large
+// enough to split at all, and the switch is on (the scope itself checks the
+// thread's counts).
+inline bool serialWorthy(int64_t work) {
+  return work >= kSerialMinWork && work <= kSerialWork && serialKernelsEnabled();
+}
 
 // The reference count inside an active scope on this thread; 0 outside one.
 int serialReference();
