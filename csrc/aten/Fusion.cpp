@@ -104,10 +104,7 @@ int64_t rowBlock(int64_t rowLength) {
 // first) is whole rows, and so are its blocks.
 bool rowsStayWhole(int64_t numel, int64_t rowLength) {
   if (rowBlock(rowLength) == 0) return false;
-  const int64_t grain = at::internal::GRAIN_SIZE;
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), (numel + grain - 1) / grain);
-  const int64_t chunk = (numel + threads - 1) / threads;
-  return chunk % rowLength == 0;
+  return parallelForChunk(numel, at::internal::GRAIN_SIZE, at::get_num_threads()) % rowLength == 0;
 }
 
 // The row length of a pass's row ops (0: it has none).

@@ -5,10 +5,9 @@
 #include "core/SerialCompute.h"
 
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/WrapDimUtilsMulti.h>
 #include <c10/util/accumulate.h>
 #include <omp.h>
-
-#include <algorithm>
 
 #include <unordered_map>
 
@@ -27,15 +26,17 @@ const c10::IValue* valueAt(const Kernel& k, size_t i) {
   return &k.slots[i].value;
 }
 
-bool contiguous(const TensorRef& t) {
+// Whether sizes and strides are a contiguous layout (size-1 dims aside).
+bool contiguous(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   int64_t expected = 1;
-  for (size_t d = t.sizes.size(); d-- > 0;) {
-    if (t.sizes[d] == 1) continue;
-    if (t.strides[d] != expected) return false;
-    expected *= t.sizes[d];
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
   }
   return true;
 }
+bool contiguous(const TensorRef& t) { return contiguous(t.sizes, t.strides); }
 
 int64_t numel(const TensorRef& t) { return c10::multiply_integers(t.sizes); }
 
@@ -118,9 +119,10 @@ bool nllLossBackward(const Kernel& k) {
 bool dimReduction(const Kernel& k) {
   const TensorRef* self = tensorAt(k, 0);
   const c10::IValue* dims = valueAt(k, 1);
-  if (!self || dims == nullptr || !dims->isIntList()) return false;
-  const std::vector<int64_t> d = dims->toIntVector();
-  return serialDimReduction(self->sizes, self->strides, self->dtype, d);
+  if (!self || dims == nullptr || !dims->isIntList() || self->sizes.size() > 64) return false;
+  // (The call's Meta pass checked the dims, as dim_list_to_bitset does.)
+  return serialDimReduction(self->sizes, self->strides, self->dtype,
+                            at::dim_list_to_bitset(dims->toDimVector(), self->sizes.size()));
 }
 
 // silu_backward(grad_output, self): a TensorIterator kernel with one
@@ -147,36 +149,21 @@ bool contiguousPointwise(const Kernel& k) {
   for (const auto& out : k.outs)
     if (out && !same(*out)) return false;
   if (n <= 0) return false;
-  const int64_t grain = at::internal::GRAIN_SIZE;
-  if (n > grain) {
-    const int64_t threads = std::min<int64_t>(omp_get_max_threads(), (n + grain - 1) / grain);
-    const int64_t chunk = (n + threads - 1) / threads;
-    if (threads > 1 && chunk % 64 != 0) return false;
-  }
+  const int64_t chunk = parallelForChunk(n, at::internal::GRAIN_SIZE, omp_get_max_threads());
+  if (chunk < n && chunk % 64 != 0) return false;
   return serialWorthy(n);
 }
 
 }  // namespace
 
 bool serialDimReduction(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
-                        c10::IntArrayRef dims) {
+                        const std::bitset<64>& reduced) {
   if (dtype != at::kFloat && dtype != at::kDouble) return false;
-  int64_t expected = 1;  // contiguous
-  for (size_t d = sizes.size(); d-- > 0;) {
-    if (sizes[d] == 1) continue;
-    if (strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  const int64_t nd = static_cast<int64_t>(sizes.size());
-  std::vector<bool> reduced(nd, false);
-  for (int64_t d : dims) {
-    if (d < -nd || d >= nd) return false;
-    reduced[d < 0 ? d + nd : d] = true;
-  }
+  if (!contiguous(sizes, strides)) return false;
   int64_t outputs = 1;
   bool any = false;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (reduced[d]) any = true;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (reduced.test(d)) any = true;
     else outputs *= sizes[d];
   }
   return any && outputs > 1 && serialWorthy(c10::multiply_integers(sizes));

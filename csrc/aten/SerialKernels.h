@@ -19,6 +19,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/ArrayRef.h>
 
+#include <bitset>
 #include <string>
 
 namespace torchneuron {
@@ -31,10 +32,10 @@ struct Kernel;
 using SerialRule = bool (*)(const Kernel&);
 
 // The dimReduction rule (SerialKernels.cpp) for sum or mean of a tensor of
-// these sizes, strides and dtype over `dims`: a reduction of a contiguous
-// float tensor to more than one value.
+// these sizes, strides and dtype over the dims set in `reduced` (wrapped):
+// a reduction of a contiguous float tensor to more than one value.
 bool serialDimReduction(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
-                        c10::IntArrayRef dims);
+                        const std::bitset<64>& reduced);
 
 // The rule of operator `name` ("aten::_log_softmax"), or nullptr.
 SerialRule serialRuleFor(const std::string& name);

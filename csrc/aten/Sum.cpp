@@ -173,8 +173,8 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
       } else {
         std::optional<at::DimVector> dims;
         if (dim.has_value()) dims = at::DimVector(*dim);
-        const bool serial = dims.has_value() &&
-                            serialDimReduction(self.sizes(), self.strides(), self.scalar_type(), *dims);
+        const bool serial =
+            serialDimReduction(self.sizes(), self.strides(), self.scalar_type(), r->reduced);
         launchDirect(kName, out, {&self},
                      [o = Operand::of(out, /*written=*/true), in = Operand::of(self),
                       dims = std::move(dims), keepdim, serial] {

@@ -119,6 +119,15 @@ inline bool serialWorthy(int64_t work) {
 // The reference count inside an active scope on this thread; 0 outside one.
 int serialReference();
 
+// The elements each thread of a team of `threads` gets from
+// at::parallel_for over `n` elements with `grain` (the split of
+// at::internal::invoke_parallel); `n` when it does not split.
+inline int64_t parallelForChunk(int64_t n, int64_t grain, int64_t threads) {
+  if (n <= grain || n <= 1 || threads <= 1) return n;
+  const int64_t used = grain > 0 ? std::min(threads, (n + grain - 1) / grain) : threads;
+  return (n + used - 1) / used;
+}
+
 // at::parallel_for, except inside an active SerialScope, where R's chunks
 // (R the scope's reference count) run one after another on this thread,
 // each with the thread id and the ParallelGuard that at::parallel_for gives
@@ -135,12 +144,8 @@ void referenceParallelFor(int64_t begin, int64_t end, int64_t grain, const F& f)
     f(begin, end);
     return;
   }
-  // at::internal::invoke_parallel's split of a team of `threads`.
-  const int64_t used = grain > 0 ? std::min(threads, (n + grain - 1) / grain) : threads;
-  const int64_t chunk = (n + used - 1) / used;
-  for (int64_t t = 0; t < used; ++t) {
-    const int64_t lo = begin + t * chunk;
-    if (lo >= end) break;
+  const int64_t chunk = parallelForChunk(n, grain, threads);
+  for (int64_t t = 0, lo = begin; lo < end; ++t, lo += chunk) {
     at::internal::ThreadIdGuard tid(static_cast<int>(t));
     c10::ParallelGuard guard(true);
     f(lo, std::min(end, lo + chunk));
