@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -92,17 +93,33 @@ bool tryGeometry(const GemmCall& call) {
   return std::memcmp(many.data, one.data, static_cast<size_t>(call.ldc) * call.n * width) == 0;
 }
 
-// The verdict of `key`, tried with `attempt` on first use: per executor
-// thread, so executor threads never wait on each other for it.
+// The verdict of `key`, tried with `attempt` on its first use in the
+// process. Each executor thread keeps the verdicts it has used, so its
+// later calls take no lock; the process-wide map keeps a geometry from being
+// tried again by every executor thread that meets it (each trial is a
+// parallel run that wakes the team, whenever a thread first meets it).
 template <class Key, class Hash, class Try>
 bool verdictFor(const Key& key, Try&& attempt) {
-  thread_local std::unordered_map<Key, bool, Hash> verdicts;
-  const auto it = verdicts.find(key);
-  if (it != verdicts.end()) return it->second;
+  thread_local std::unordered_map<Key, bool, Hash> local;
+  const auto hit = local.find(key);
+  if (hit != local.end()) return hit->second;
+  static std::mutex mu;
+  static auto* shared = new std::unordered_map<Key, bool, Hash>();  // used until exit
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    const auto it = shared->find(key);
+    if (it != shared->end()) return local.emplace(key, it->second).first->second;
+  }
+  // Tried outside the lock: another thread meeting the same geometry
+  // meanwhile tries it too, and finds the same verdict.
   const bool agrees = attempt();
   gTried.fetch_add(1, std::memory_order_relaxed);
   if (agrees) gAgreed.fetch_add(1, std::memory_order_relaxed);
-  verdicts.emplace(key, agrees);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    shared->emplace(key, agrees);
+  }
+  local.emplace(key, agrees);
   return agrees;
 }
 

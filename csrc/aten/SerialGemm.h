@@ -6,7 +6,7 @@
 // by the values: the demo GPT's weight gradients (inner dimension 1024) are
 // summed in two halves on two threads, products with short inner dimensions
 // are split only by rows and columns and keep their bits. So each geometry is
-// tried once per executor thread: the call on random operands laid out and
+// tried once per process: the call on random operands laid out and
 // aligned like the real ones, on the thread's count and on one thread, bits
 // compared. A differing split changes the bits of nearly every element of
 // such a product, so random operands expose it; equal bits admit the
@@ -17,9 +17,9 @@
 
 namespace torchneuron {
 
-// The verdict for `call`'s geometry on the executing thread (tried on first
-// use; false outside an executor thread's normal state, e.g. already on one
-// thread).
+// The verdict for `call`'s geometry with the executing thread's count (tried
+// on its first use in the process; false outside an executor thread's normal
+// state, e.g. already on one thread).
 bool serialGemmAgrees(const GemmCall& call);
 
 // How many geometries have been tried, and how many agreed (tests).
