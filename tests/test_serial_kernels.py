@@ -29,8 +29,11 @@ from torchneuron import _C
 
 from conftest import requires_async
 
-pytestmark = pytest.mark.skipif(torch.get_num_threads() < 2,
-                                reason="one compute thread: nothing to run serially")
+# Every test watches queued work run on the executor (its counters, its
+# timing), so none runs under NEURON_LAUNCH_BLOCKING=1.
+pytestmark = [pytest.mark.skipif(torch.get_num_threads() < 2,
+                                 reason="one compute thread: nothing to run serially"),
+              requires_async]
 
 
 def bits(t):
@@ -79,15 +82,9 @@ def check(fn, *inputs, serial_expected=True):
             assert_same_bits(g, w)
         if not enabled:
             assert ran == 0
-        elif not torchneuron_launch_blocking() and serial_expected is not None:
+        elif serial_expected is not None:
             assert (ran > 0) == serial_expected, ran
     return want
-
-
-def torchneuron_launch_blocking():
-    # Work then runs on the launching thread, whose MKL count may be its
-    # own: scopes may decline there (SerialCompute.h). Bits are still checked.
-    return os.environ.get("NEURON_LAUNCH_BLOCKING") == "1"
 
 
 def rand(*shape, seed=0, dtype=torch.float32):
@@ -102,7 +99,6 @@ def rand(*shape, seed=0, dtype=torch.float32):
 SIZES = [32769, 65536, 65536 + 37, 100003, 131071, 200001]
 
 
-@requires_async
 @pytest.mark.parametrize("n", SIZES)
 def test_lone_pointwise_ops_keep_bits(n):
     x = rand(n, seed=n)
@@ -110,7 +106,6 @@ def test_lone_pointwise_ops_keep_bits(n):
         check(fn, x)
 
 
-@requires_async
 @pytest.mark.parametrize("n", SIZES)
 def test_fused_chains_keep_bits(n):
     x, y = rand(n, seed=n), rand(n, seed=n + 1)
@@ -123,7 +118,6 @@ def test_fused_chains_keep_bits(n):
     check(chain, x, y)
 
 
-@requires_async
 def test_row_ops_and_repeat_steps_keep_bits():
     x = rand(96, 1024 + 3, seed=3)
     w = rand(1024 + 3, seed=4)
@@ -135,7 +129,6 @@ def test_row_ops_and_repeat_steps_keep_bits():
     check(rms, x, w)
 
 
-@requires_async
 def test_adamw_step_over_lists_keeps_bits():
     shapes = [(256, 256), (300, 217), (128,), (64, 100), (1000, 33), (257, 129)]
     params = [rand(*s, seed=i) for i, s in enumerate(shapes)]
@@ -152,7 +145,7 @@ def test_adamw_step_over_lists_keeps_bits():
                 opt.step()
             ran = serial_runs() - before if device == "neuron" else 0
         results[(device, enabled)] = [p.detach().cpu() for p in ps]
-        if device == "neuron" and not torchneuron_launch_blocking():
+        if device == "neuron":
             assert (ran > 0) == enabled
     for key in (("neuron", True), ("neuron", False)):
         for g, w in zip(results[key], results[("cpu", False)]):
@@ -162,7 +155,6 @@ def test_adamw_step_over_lists_keeps_bits():
 # ---------------------------------------------------------------------------
 # Listed ATen kernels.
 
-@requires_async
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("heads,kv_heads,length", [(4, 4, 64), (4, 2, 64), (2, 1, 100)])
 def test_flash_attention_forward_and_backward_keep_bits(dtype, heads, kv_heads, length):
@@ -181,7 +173,6 @@ def test_flash_attention_forward_and_backward_keep_bits(dtype, heads, kv_heads, 
     check(attention, q, k, v, g)
 
 
-@requires_async
 def test_flash_attention_of_one_head_is_not_serial():
     # batch x heads = 1: the reference computes its products outside a
     # parallel region, with every MKL thread: one thread would differ.
@@ -190,7 +181,6 @@ def test_flash_attention_of_one_head_is_not_serial():
         q, k, v, 0.0, True)[0], q, k, v, serial_expected=False)
 
 
-@requires_async
 @pytest.mark.parametrize("rows,cols", [(256, 256), (300, 1000), (7, 50000)])
 def test_cross_entropy_forward_and_backward_keep_bits(rows, cols):
     logits = rand(rows, cols, seed=rows)
@@ -205,7 +195,6 @@ def test_cross_entropy_forward_and_backward_keep_bits(rows, cols):
     check(loss, logits, target)
 
 
-@requires_async
 @pytest.mark.parametrize("shape,dims", [
     ((4, 64, 128), (0, 1)), ((300, 200), (0,)), ((7, 50, 333), (0, 1)), ((64, 1024), (0,)),
     ((33, 17, 129), (0, 2)), ((1000, 70), (1,))])
@@ -214,14 +203,12 @@ def test_reductions_to_many_values_keep_bits(shape, dims):
     check(lambda t: (t.sum(dims), t.mean(dims, keepdim=True)), x)
 
 
-@requires_async
 def test_reduction_to_one_value_is_not_serial():
     # two_pass_reduction: per-thread partial sums (thread-count dependent).
     x = rand(300000, seed=5).view(300, 1000)
     check(lambda t: t.sum((0, 1)), x, serial_expected=False)
 
 
-@requires_async
 @pytest.mark.parametrize("n,serial_expected", [
     (65536, True),        # 2 chunks of 32768: whole vector pairs
     (65536 + 128, True),  # 32832 each
@@ -245,7 +232,6 @@ def operands(m, k, n, layout, dtype, device):
     return a, b
 
 
-@requires_async
 @pytest.mark.parametrize("m,k,n", [(256, 128, 256), (64, 256, 128), (5, 300, 7), (1, 64, 64)])
 @pytest.mark.parametrize("layout", ["plain", "transposed", "sliced"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -273,8 +259,7 @@ def test_small_products_keep_bits(m, k, n, layout, dtype):
         # it does); ATen's kernel runs the others.
         # Products under 2^15 multiply-adds (kSerialMinWork) are not split
         # by MKL anyway and take no scope.
-        serial_expected = (enabled and not splits and m * k * n >= 2 ** 15
-                           and not torchneuron_launch_blocking())
+        serial_expected = enabled and not splits and m * k * n >= 2 ** 15
         assert ran == (planned if serial_expected else 0)
 
 
@@ -291,7 +276,6 @@ def _differs_on_one_thread(m, k, n):
     return not torch.equal(bits(many), bits(one))
 
 
-@requires_async
 def test_a_geometry_split_by_threads_is_refused():
     # Long inner dimensions are what MKL splits between threads; the first
     # geometry that shows it on this machine must keep the reference's bits.
@@ -310,7 +294,6 @@ def test_a_geometry_split_by_threads_is_refused():
 # ---------------------------------------------------------------------------
 # The hot team: after a long kernel on every thread, small kernels use them.
 
-@requires_async
 def test_small_kernels_keep_every_thread_while_the_team_is_hot():
     # A large product (over 2^24 multiply-adds: every thread, milliseconds
     # here) leaves the compute team spinning; an eligible kernel queued right
@@ -430,7 +413,6 @@ def _step_in_child(tmp_path, enabled):
     return same == "1", int(regions)
 
 
-@requires_async
 def test_a_small_training_step_opens_no_parallel_region(tmp_path):
     same, regions = _step_in_child(tmp_path, enabled=True)
     assert same
