@@ -28,6 +28,7 @@ const BackendConfig& backendConfig() {
     c.fusion = readBool("TORCHNEURON_FUSION", c.fusion);
     c.list_loops = readBool("TORCHNEURON_LIST_LOOPS", c.list_loops);
     c.serial_kernels = readBool("TORCHNEURON_SERIAL_KERNELS", c.serial_kernels);
+    c.flash_backward = readBool("TORCHNEURON_FLASH_BACKWARD", c.flash_backward);
     c.dist_check = readBool("TORCHNEURON_DIST_CHECK", c.dist_check);
     c.dist_shm = readBool("TORCHNEURON_DIST_SHM", c.dist_shm);
     return c;

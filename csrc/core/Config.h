@@ -31,6 +31,9 @@ struct BackendConfig {
   // TORCHNEURON_SERIAL_KERNELS=0: kernels always compute on every compute
   // thread, never on one where that gives the same bits (SerialCompute.h).
   bool serial_kernels = true;
+  // TORCHNEURON_FLASH_BACKWARD=0: bfloat16 flash attention backward always
+  // runs CPU's kernel, never the device's own (FlashBackward.h).
+  bool flash_backward = true;
   bool dist_check = true;
   bool dist_shm = true;
 };

@@ -4,6 +4,7 @@
 #include "aten/AsyncPath.h"
 #include "aten/Fusion.h"
 #include "aten/Gemm.h"
+#include "aten/FlashBackward.h"
 #include "aten/SerialGemm.h"
 #include "aten/ListLoop.h"
 #include "aten/Launch.h"
@@ -283,6 +284,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_serial_gemm_geometries", [] {
     const SerialGemmStats st = serialGemmStats();
     return py::make_tuple(st.tried, st.agreed);
+  });
+  m.def("_flash_backward_bf16_available", [] { return flashBackwardBf16Available(); });
+  m.def("_set_flash_backward_bf16_enabled", [](bool on) { setFlashBackwardBf16Enabled(on); });
+  m.def("_flash_backward_bf16_enabled", [] { return flashBackwardBf16Enabled(); });
+  m.def("_flash_backward_bf16_stats", [] {
+    const FlashBackwardStats st = flashBackwardStats();
+    return py::make_tuple(st.run, st.tried, st.agreed);
   });
   m.def("_set_allocator_reuse_bins", [](bool on) { setAllocatorReuseBins(on); });
   m.def("_fusion_stats", [] {
