@@ -82,9 +82,8 @@ bool blocksQualify(int64_t qLen, int64_t kvLen, int64_t headDim) {
   return qMin >= 2 && kvMin >= 2 && headDim * qMin * kvMin > 16 * 16 * 16;
 }
 
-bool rowsContiguous(const at::Tensor& t) {
-  return t.stride(3) == 1 && t.is_non_overlapping_and_dense();
-}
+// Rows of head_dim contiguous (views into a fused projection qualify).
+bool rowsContiguous(const at::Tensor& t) { return t.stride(3) == 1; }
 
 // The call when it qualifies (header comment), else nothing.
 std::optional<Call> qualifyingCall(const torch::jit::Stack& s, size_t begin) {
