@@ -158,6 +158,26 @@ def test_other_calls_keep_cpus_kernel(case):
     assert_same(want, got)
 
 
+@pytest.mark.parametrize("q_len,kv_len", [(0, 64), (64, 0), (1, 1)])
+def test_empty_and_one_token_sequences(q_len, kv_len):
+    # No block to form (a length of 0 once divided by zero in the
+    # qualification): CPU's kernel runs, with CPU's results. The backward is
+    # called directly, on an arbitrary out and logsumexp: CPU's forward
+    # itself divides by zero on an empty query.
+    q, k, v, grad_out = operands(2, 2, 2, q_len, kv_len, 32)
+    lse = torch.zeros(2, 2, q_len)
+    results = {}
+    before = _C._flash_backward_bf16_stats()[0]
+    for device in ("cpu", "neuron"):
+        args = [t.to(device) for t in (grad_out, q, k, v, grad_out, lse)]
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            *args, 0.0, False)
+        results[device] = [g.cpu() for g in grads]
+    assert _C._flash_backward_bf16_stats()[0] == before
+    for w, g in zip(results["cpu"], results["neuron"]):
+        assert g.shape == w.shape and torch.equal(bits(g), bits(w))
+
+
 def test_a_mask_keeps_cpus_kernel():
     q, k, v, grad_out = operands(2, 2, 2, 64, 64, 32)
     mask = torch.rand(64, 64, generator=torch.Generator().manual_seed(1)) > 0.3

@@ -122,7 +122,8 @@ std::optional<Call> qualifyingCall(const torch::jit::Stack& s, size_t begin) {
       out.sizes() != q.sizes() || grad_out.sizes() != q.sizes() ||
       lse.sizes() != c10::IntArrayRef{batch, heads, qLen})
     return std::nullopt;
-  if (batch * heads == 0 || headDim % 16 != 0 || headDim > 512 || !blocksQualify(qLen, kvLen, headDim))
+  if (batch * heads == 0 || qLen < 2 || kvLen < 2 || headDim % 16 != 0 || headDim > 512 ||
+      !blocksQualify(qLen, kvLen, headDim))
     return std::nullopt;
   // Rows of q and grad_out are read as 32-bit pairs.
   if (q.stride(2) % 2 != 0 || grad_out.stride(2) % 2 != 0) return std::nullopt;
