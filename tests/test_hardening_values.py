@@ -632,3 +632,25 @@ def test_a_resized_out_tensor_warns_once_as_on_cpu(name, call):
         got, got_out = _resize_warnings(N, call)
         assert len(got) == len(cpu) == 1, (got, cpu)
         assert torch.equal(got_out, cpu_out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flash_attention_forward_on_empty_sequences_does_not_crash(dtype):
+    # CPU's kernel divides by its block size, min(32, length): a direct call
+    # with an empty query or key kills a CPU process with SIGFPE (not run
+    # here), and did the same to the device's worker. neuron now returns the
+    # empty results of an empty query, in CPU's layouts, and refuses empty
+    # keys with a RuntimeError; the device keeps working after.
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    q = torch.randn(2, 3, 0, 32, dtype=dtype, device=N)
+    k = torch.randn(2, 3, 16, 32, dtype=dtype, device=N)
+    out, lse = op(q, k, k, 0.0, False)[:2]
+    assert out.shape == (2, 3, 0, 32) and out.stride() == (96, 32, 96, 1) and out.dtype == dtype
+    assert lse.shape == (2, 3, 0) and lse.stride() == (3, 1, 3) and lse.dtype == torch.float32
+    with pytest.raises(RuntimeError, match="sequence length 0"):
+        op(k, q, q, 0.0, False)
+    qc, kc = torch.randn(2, 3, 16, 32, dtype=dtype), torch.randn(2, 3, 16, 32, dtype=dtype)
+    want = op(qc, kc, kc, 0.0, True)[0]
+    got = op(qc.to(N), kc.to(N), kc.to(N), 0.0, True)[0].cpu()
+    assert torch.equal(got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       want.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
