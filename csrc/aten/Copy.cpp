@@ -12,6 +12,7 @@
 // bits) is staged: converted on the host side or run as an on-device copy_
 // kernel over aliased memory.
 #include "aten/Common.h"
+#include "aten/DirectOp.h"
 
 #include "aten/Launch.h"
 #include "core/HostAllocator.h"
@@ -89,10 +90,6 @@ struct StridedRef {
     return t;
   }
 };
-
-nrtBufferRange spanOf(const at::Tensor& t) {
-  return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
-}
 
 // Same-device copy with conversion (dtype, layout, conj/neg bits): CPU's
 // copy_ over the two tensors' device memory, queued on dst's current stream

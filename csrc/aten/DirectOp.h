@@ -160,18 +160,20 @@ inline at::Tensor emptyDeviceStrided(c10::IntArrayRef shape, c10::IntArrayRef st
       dtype);
 }
 
+// The device bytes a tensor spans (QueuedKernel.h's spanOf for a TensorRef).
+inline nrtBufferRange spanOf(const at::Tensor& t) {
+  return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
+}
+
 // The work record of a direct kernel: it writes `out` and reads the device
 // tensors among `inputs` (for the profiler and fusion's overlap checks).
 inline WorkDesc describeDirect(const char* name, const at::Tensor& out,
                                std::initializer_list<const at::Tensor*> inputs) {
   WorkDesc work;
   work.name = name;
-  auto span = [](const at::Tensor& t) {
-    return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
-  };
-  work.writes.push_back(span(out));
+  work.writes.push_back(spanOf(out));
   for (const at::Tensor* in : inputs)
-    if (in->defined() && !in->device().is_cpu()) work.reads.push_back(span(*in));
+    if (in->defined() && !in->device().is_cpu()) work.reads.push_back(spanOf(*in));
   return work;
 }
 

@@ -287,13 +287,10 @@ void flashBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor gk = emptyDeviceStrided(k.sizes(), gradientStrides(k.sizes()), at::kBFloat16);
   at::Tensor gv = emptyDeviceStrided(k.sizes(), gradientStrides(k.sizes()), at::kBFloat16);
 
-  WorkDesc work;
-  work.name = kOpName;
-  auto span = [](const at::Tensor& t) {
-    return bufferSpan(t.const_data_ptr(), t.sizes(), t.strides(), t.element_size());
-  };
-  for (const at::Tensor* t : call->operands) work.reads.push_back(span(*t));
-  for (const at::Tensor* t : {&gq, &gk, &gv}) work.writes.push_back(span(*t));
+  const at::Tensor* const* in = call->operands;
+  WorkDesc work = describeDirect(kOpName, gq, {in[0], in[1], in[2], in[3], in[4], in[5]});
+  work.writes.push_back(spanOf(gk));
+  work.writes.push_back(spanOf(gv));
 
   const FlashBwdGeometry g = call->geometry;
   const FlashBwdData data = dataOf(*call, gq, gk, gv);

@@ -162,7 +162,7 @@ void packRowPairs(const uint16_t* src, int64_t ld, int64_t n, int64_t dim, uint3
       const __mmask32 m = left == 32 ? ~__mmask32(0) : (__mmask32(1) << left) - 1;
       const __m512i x = _mm512_maskz_loadu_epi16(m, lo + d);
       const __m512i y = hasHi ? _mm512_maskz_loadu_epi16(m, lo + ld + d) : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(o + d, __mmask16(laneMask(left)),
+      _mm512_mask_storeu_epi32(o + d, laneMask(left),
                                _mm512_permutex2var_epi16(x, low, y));
       if (left > 16)
         _mm512_mask_storeu_epi32(o + d + 16, laneMask(left - 16),
@@ -193,16 +193,18 @@ struct Sizes {
 };
 
 template <class T>
-T* carve(char*& cursor, int64_t count) {
+T* carve(uintptr_t& cursor, int64_t count) {
   T* p = reinterpret_cast<T*>(cursor);
-  cursor += roundUp(count * static_cast<int64_t>(sizeof(T)), 64);
+  cursor += static_cast<uintptr_t>(roundUp(count * static_cast<int64_t>(sizeof(T)), 64));
   return p;
 }
 
-Scratch carveScratch(const FlashBwdGeometry& g, void* base) {
+// One thread's buffers from `base` on; *end: the address past the last (with
+// base 0, the bytes needed: flashBwdScratchBytes).
+Scratch carveScratch(const FlashBwdGeometry& g, uintptr_t base, uintptr_t* end = nullptr) {
   const Sizes s(g);
   const int64_t d = g.headDim;
-  char* cur = static_cast<char*>(base);
+  uintptr_t cur = base;
   Scratch sc{};
   sc.attn = carve<float>(cur, s.qB * s.kvB);
   sc.gradAttn = carve<float>(cur, s.qB * s.kvB);
@@ -216,6 +218,7 @@ Scratch carveScratch(const FlashBwdGeometry& g, void* base) {
   sc.qPairs = carve<uint32_t>(cur, s.qHalf * d);
   sc.attnPairs = carve<uint32_t>(cur, s.kvB * s.qHalf);
   sc.gradAttnPairs = carve<uint32_t>(cur, s.kvB * s.qHalf);
+  if (end != nullptr) *end = cur;
   return sc;
 }
 
@@ -263,7 +266,6 @@ void Unit::keyBlock(int64_t m, int64_t qB, int64_t n, int64_t kvB, int64_t numKe
   const int64_t kvPad = roundUp(kvB, kLanes);
   const int64_t kvEven = roundUp(kvB, 2);
   const int64_t qHalf = (qB + 1) / 2;
-  const float* lseRow = lse;
   const uint16_t* kBlock = k + n * g.k.s;
   const uint16_t* vBlock = v + n * g.v.s;
 
@@ -272,7 +274,7 @@ void Unit::keyBlock(int64_t m, int64_t qB, int64_t n, int64_t kvB, int64_t numKe
   dpProduct(qB, kvB, halfDim, rowWords(q + m * g.q.s, g.q.s), sc.kT, kvPad,
             StoreFloat{sc.attn, kvB, g.scale});
   for (int64_t r = 0; r < qB; ++r) {
-    const float normalizer = lseRow[(m + r) * g.lse.s];
+    const float normalizer = lse[(m + r) * g.lse.s];
     at::vec::map<float>([normalizer](Vec x) { return (x - Vec(normalizer)).exp(); },
                         sc.attn + r * kvB, sc.attn + r * kvB, kvB);
   }
@@ -325,19 +327,14 @@ void flashBwdBlocks(int64_t qLen, int64_t kvLen, int64_t* qSplit, int64_t* kvSpl
 }
 
 size_t flashBwdScratchBytes(const FlashBwdGeometry& g) {
-  // carveScratch's layout, counted on a null base.
-  const Sizes s(g);
-  const int64_t d = g.headDim;
-  auto bytes = [](int64_t n, int64_t size) { return roundUp(n * size, 64); };
-  return static_cast<size_t>(
-      2 * bytes(s.qB * s.kvB, 4) + bytes(s.qB, 4) + bytes(s.qB * s.kvB, 2) +
-      bytes(s.qB * s.kvEven, 2) + 2 * bytes(s.halfDim * s.kvPad, 4) + bytes(s.kvHalf * d, 4) +
-      2 * bytes(s.qHalf * d, 4) + 2 * bytes(s.kvB * s.qHalf, 4));
+  uintptr_t bytes = 0;
+  carveScratch(g, 0, &bytes);
+  return static_cast<size_t>(bytes);
 }
 
 void flashBwdUnits(const FlashBwdGeometry& g, const FlashBwdData& data, int64_t begin, int64_t end,
                    void* scratch) {
-  const Scratch sc = carveScratch(g, scratch);
+  const Scratch sc = carveScratch(g, reinterpret_cast<uintptr_t>(scratch));
   const int64_t group = g.heads / g.kvHeads;
   for (int64_t u = begin; u < end; ++u) {
     const int64_t b = u / g.kvHeads, kvh = u % g.kvHeads;

@@ -22,7 +22,8 @@
 // calibrates each geometry against CPU's kernel before using this one.
 //
 // This file's .cpp is built with AVX-512 flags (CMakeLists.txt); it is only
-// entered when flashBackwardBf16Supported() says the machine has them.
+// entered when flashBackwardBf16Available() (FlashBackward.h) says the
+// machine has them.
 #pragma once
 
 #include <cstddef>

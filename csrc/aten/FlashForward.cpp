@@ -18,18 +18,16 @@ namespace {
 void flashForward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   constexpr size_t kArgs = 7;
   const size_t begin = stack->size() - kArgs;
-  const c10::IValue &qv = (*stack)[begin], &kv = (*stack)[begin + 1];
-  if (!qv.isTensor() || !kv.isTensor()) return genericFallback(op, stack);
-  const at::Tensor &q = qv.toTensor(), &k = kv.toTensor();
-  if (!isNeuron(q) || q.dim() != 4 || k.dim() != 4 || (q.size(2) != 0 && k.size(2) != 0))
-    return genericFallback(op, stack);
+  for (size_t i = 0; i < 3; ++i)
+    if (!(*stack)[begin + i].isTensor() || (*stack)[begin + i].toTensor().dim() != 4)
+      return genericFallback(op, stack);
+  const at::Tensor &q = (*stack)[begin].toTensor(), &k = (*stack)[begin + 1].toTensor();
+  if (!isNeuron(q) || (q.size(2) != 0 && k.size(2) != 0)) return genericFallback(op, stack);
   TORCH_CHECK(q.size(2) == 0,
               "_scaled_dot_product_flash_attention_for_cpu: key and value have sequence length 0 "
               "for a query of length ", q.size(2), "; CPU's kernel cannot run that call (it "
               "divides by zero). Use F.scaled_dot_product_attention, which handles empty keys");
-  const int64_t b = q.size(0), h = q.size(1), d = (*stack)[begin + 2].isTensor()
-                                                         ? (*stack)[begin + 2].toTensor().size(3)
-                                                         : q.size(3);
+  const int64_t b = q.size(0), h = q.size(1), d = (*stack)[begin + 2].toTensor().size(3);
   OnDevice onDevice(q.device());
   // CPU's layouts: [B, S, H, D] and [B, S, H] memory seen through transpose(1, 2).
   at::Tensor out = emptyDeviceStrided({b, h, 0, d}, {h * d, d, h * d, 1}, q.scalar_type());
